@@ -1,0 +1,28 @@
+# cpuddp: `make demo` and `make test` bootstrap .venv from the pinned lock.
+SHELL := /bin/bash
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: venv demo test lint dryrun clean
+
+venv: $(STAMP)
+
+# torch first, pinned, so nothing can pull the CUDA build in its place.
+$(STAMP): requirements.lock requirements.txt
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -r requirements.lock
+	touch $(STAMP)
+
+demo: venv
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/snakemake --profile profiles/local --configfile experiments/demo.yaml
+	@echo "Summary: results/demo/summary.json"
+
+test: venv
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -q tests
+
+clean:
+	rm -rf results logs .snakemake

@@ -1,0 +1,54 @@
+# Dataset: generated demo files, the Hub or local files -> Arrow -> tokens.
+
+
+# Only the demo generates its data; real files are never rewritten.
+if (CONFIG["data"] or {}).get("generate"):
+
+    rule data_generate_demo:
+        output:
+            train=CONFIG["data"]["train"],
+            validation=CONFIG["data"]["validation"],
+        params:
+            task=CONFIG["task"],
+            settings=CONFIG["data"]["generate"],
+        log:
+            f"logs/data_generate_demo/{EXP}.log",
+        conda:
+            "../../envs/cpuddp.yaml"
+        shell:
+            "python -m workflow.scripts.demo_data --task {params.task} --out $(dirname {output.train:q})"
+            " --train {params.settings[train]} --dev {params.settings[validation]}"
+            " --seed {params.settings[seed]} 2> {log}"
+
+
+def local_data_files(wildcards):
+    return list(cfg.data_files(CONFIG).values())
+
+
+rule data_load:
+    input:
+        cfg="results/{experiment}/config/data.json",
+        files=local_data_files,
+    output:
+        directory("results/{experiment}/data/raw"),
+    log:
+        "logs/data_load/{experiment}.log",
+    conda:
+        "../../envs/cpuddp.yaml"
+    shell:
+        "python -m workflow.scripts.data --config {input.cfg} --out {output} 2> {log}"
+
+
+rule data_tokenize:
+    input:
+        cfg="results/{experiment}/config/tokenize.json",
+        raw="results/{experiment}/data/raw",
+    output:
+        directory("results/{experiment}/data/tokenized"),
+    log:
+        "logs/data_tokenize/{experiment}.log",
+    conda:
+        "../../envs/cpuddp.yaml"
+    shell:
+        "python -m workflow.scripts.tokenize_data --config {input.cfg} --data {input.raw}"
+        " --out {output} 2> {log}"

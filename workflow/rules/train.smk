@@ -1,0 +1,28 @@
+# DDP training: launch.py starts every rank with mpirun (argument lists only).
+
+
+rule train_ddp:
+    input:
+        cfg="results/{experiment}/{run}/config/train.json",
+        env="results/{experiment}/{run}/environment.json",
+        data="results/{experiment}/data/tokenized",
+    output:
+        model=directory("results/{experiment}/{run}/model"),
+        metrics="results/{experiment}/{run}/train_metrics.json",
+    log:
+        "logs/train_ddp/{experiment}/{run}.log",
+    benchmark:
+        "benchmarks/train_ddp/{experiment}/{run}.tsv"
+    params:
+        rank_logs="logs/train_ddp/{experiment}/{run}",
+        run_dir="results/{experiment}/{run}",
+    # The ranks take the nodes' cores; one MPI job at a time on them.
+    threads: workflow.cores
+    resources:
+        mpi=1,
+    conda:
+        "../../envs/cpuddp.yaml"
+    shell:
+        "python -m workflow.scripts.launch --config {input.cfg} --environment {input.env} --"
+        " python -m workflow.scripts.train --config {input.cfg} --environment {input.env}"
+        " --data {input.data} --out {params.run_dir} --log-dir {params.rank_logs} > {log} 2>&1"

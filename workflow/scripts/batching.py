@@ -1,0 +1,76 @@
+"""Batches for DDP: length-grouped, shuffled, equal steps on every rank.
+
+Padding to the longest sequence of each batch wastes little when a batch
+holds sequences of similar length. Grouping is done per global batch (all
+ranks' micro-batches together), so ranks finish their steps at about the
+same time and the all-reduce does not wait on a straggler with long inputs.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+PAD_KEYS = ("input_ids", "attention_mask", "token_type_ids")
+
+
+class DistributedLengthGroupedSampler(torch.utils.data.Sampler):
+    """Yields this rank's micro-batches (lists of indices) for one epoch.
+
+    Each epoch: a seeded permutation, cut into mega-batches of
+    `group` global batches, each sorted by length and cut into global
+    batches, whose order is shuffled again. The last global batch is filled
+    by wrapping around, as DistributedSampler pads, so all ranks take the
+    same number of steps.
+    """
+
+    def __init__(self, lengths, batch_size: int, rank: int, world_size: int,
+                 seed: int = 0, group: int = 50, group_by_length: bool = True):
+        self.lengths = np.asarray(lengths)
+        self.batch_size, self.rank, self.world_size = batch_size, rank, world_size
+        self.seed, self.group, self.group_by_length = seed, group, group_by_length
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return math.ceil(len(self.lengths) / (self.batch_size * self.world_size))
+
+    def global_batches(self) -> list[np.ndarray]:
+        rng = np.random.default_rng([self.seed, self.epoch])
+        order = rng.permutation(len(self.lengths))
+        global_size = self.batch_size * self.world_size
+        padded = len(self) * global_size
+        order = np.concatenate([order, order[: padded - len(order)]])
+        if self.group_by_length:
+            mega = global_size * self.group
+            chunks = [order[i:i + mega] for i in range(0, len(order), mega)]
+            order = np.concatenate([c[np.argsort(-self.lengths[c], kind="stable")] for c in chunks])
+        batches = [order[i:i + global_size] for i in range(0, padded, global_size)]
+        return [batches[i] for i in rng.permutation(len(batches))]
+
+    def __iter__(self):
+        for batch in self.global_batches():
+            start = self.rank * self.batch_size
+            yield batch[start:start + self.batch_size].tolist()
+
+
+def pad_collate(pad_token_id: int):
+    """Collate dict rows into tensors, padding token fields to the batch max."""
+    def collate(rows: list[dict]) -> dict:
+        longest = max(len(r["input_ids"]) for r in rows)
+        batch = {}
+        for key in rows[0]:
+            if key in PAD_KEYS:
+                fill = pad_token_id if key == "input_ids" else 0
+                out = np.full((len(rows), longest), fill, dtype=np.int64)
+                for i, row in enumerate(rows):
+                    out[i, : len(row[key])] = row[key]
+                batch[key] = torch.from_numpy(out)
+            else:
+                batch[key] = torch.tensor([r[key] for r in rows])
+        return batch
+    return collate

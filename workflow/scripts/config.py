@@ -1,0 +1,161 @@
+"""Experiment configuration: schema validation, defaults, runs of a sweep.
+
+The Snakefile calls `load_config` once at parse time, so a bad value stops
+the workflow before any rule runs, with one line naming the key.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import itertools
+from pathlib import Path
+
+import jsonschema
+import yaml
+
+SCHEMA_PATH = Path(__file__).resolve().parents[1] / "schemas" / "config.schema.yaml"
+SWEEP_SECTIONS = {
+    "nodes": "distributed",
+    "processes_per_node": "distributed",
+    "threads_per_process": "distributed",
+    "backend": "distributed",
+    "precision": "train",
+}
+
+
+class ConfigError(ValueError):
+    """A configuration value the user has to change."""
+
+
+def load_schema() -> dict:
+    return yaml.safe_load(SCHEMA_PATH.read_text())
+
+
+def _key_path(error: jsonschema.ValidationError) -> str:
+    parts = [str(p) for p in error.absolute_path]
+    if error.validator == "additionalProperties":
+        extra = sorted(set(error.instance) - set(error.schema.get("properties", {})))
+        parts.append(extra[0] if extra else "?")
+    return ".".join(parts) or "(top level)"
+
+
+def _describe(error: jsonschema.ValidationError) -> str:
+    """One line: the key, the bad value and what is allowed."""
+    key = _key_path(error)
+    schema = error.schema
+    if error.validator == "additionalProperties":
+        allowed = ", ".join(sorted(schema.get("properties", {})))
+        return f"unknown key '{key}'; allowed here: {allowed}"
+    if error.validator == "required":
+        return f"{key}: {error.message}"
+    if "enum" in schema:
+        allowed = " ".join(str(v) for v in schema["enum"])
+        return f"{key}: {error.instance!r} is not allowed; choose one of: {allowed}"
+    if error.validator == "oneOf":
+        return f"{key}: {error.instance!r} is not allowed; use a positive integer or 'auto'"
+    return f"{key}: {error.message}"
+
+
+def _fill_defaults(schema: dict, value):
+    """Return `value` with every schema default filled in (recursively)."""
+    if not isinstance(value, dict) or "properties" not in schema:
+        return value
+    filled = dict(value)
+    for key, sub in schema["properties"].items():
+        if key not in filled and "default" in sub:
+            filled[key] = copy.deepcopy(sub["default"])
+        if key in filled:
+            filled[key] = _fill_defaults(sub, filled[key])
+    return filled
+
+
+def validate(config: dict) -> dict:
+    """Validate against the schema and return the config with defaults."""
+    if not isinstance(config, dict):
+        raise ConfigError("configuration must be a mapping of keys to values")
+    schema = load_schema()
+    errors = sorted(
+        jsonschema.Draft202012Validator(schema).iter_errors(config),
+        key=lambda e: (len(list(e.absolute_path)), list(map(str, e.absolute_path))),
+    )
+    if errors:
+        raise ConfigError(f"config error: {_describe(errors[0])}")
+    config = _fill_defaults(schema, config)
+    _check_consistency(config)
+    return config
+
+
+def _check_consistency(config: dict) -> None:
+    data = config.get("data")
+    if data and data.get("validation_mismatched") and config["task"] != "mnli":
+        raise ConfigError("config error: data.validation_mismatched is only for task mnli")
+    if config["task"] == "mnli" and data and not data.get("validation_mismatched"):
+        raise ConfigError(
+            "config error: task mnli needs data.validation_mismatched "
+            "(the dev_mismatched file) besides data.validation"
+        )
+    qa = config["task"].startswith("squad")
+    if data and (data["format"] == "squad_json") != qa:
+        want = "squad_json" if qa else "glue_tsv, csv, jsonl or parquet"
+        raise ConfigError(f"config error: data.format {data['format']} does not fit task {config['task']}; use {want}")
+
+
+def data_files(config: dict) -> dict[str, str]:
+    """The local data files by split name ({} when data comes from the Hub)."""
+    data = config.get("data") or {}
+    keys = ("train", "validation", "validation_mismatched")
+    return {k: data[k] for k in keys if data.get(k)}
+
+
+def check_data_files(config: dict, base: Path = Path(".")) -> None:
+    """Local data files must exist, unless a rule generates them."""
+    if not config.get("data") or "generate" in config["data"]:
+        return
+    for key, path in data_files(config).items():
+        if not (base / path).is_file():
+            raise ConfigError(f"config error: data.{key}: file not found: {path}")
+
+
+def resolve_model(model: str) -> str:
+    """`pkg:<package>/<folder>` -> the folder inside the installed package."""
+    if not model.startswith("pkg:"):
+        return model
+    package, _, folder = model[len("pkg:"):].partition("/")
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise ConfigError(f"config error: model: package '{package}' is not installed; run `make venv`")
+    path = Path(list(spec.submodule_search_locations)[0]) / folder
+    if not path.is_dir():
+        raise ConfigError(f"config error: model: no folder '{folder}' in package '{package}'")
+    return str(path)
+
+
+def runs(config: dict) -> dict[str, dict]:
+    """Expand the sweep: run name -> full config of that run (baseline first)."""
+    sweep = config.get("sweep") or {}
+    if not sweep:
+        return {"default": config}
+    keys = list(sweep)
+    expanded = {}
+    for values in itertools.product(*(sweep[k] for k in keys)):
+        run = copy.deepcopy(config)
+        run.pop("sweep")
+        for key, value in zip(keys, values):
+            run[SWEEP_SECTIONS[key]][key] = value
+        name = "-".join(f"{_short(k)}{v}" for k, v in zip(keys, values))
+        expanded[name] = run
+    return expanded
+
+
+def _short(key: str) -> str:
+    return {"nodes": "n", "processes_per_node": "ppn", "threads_per_process": "t",
+            "backend": "", "precision": ""}[key]
+
+
+def load_config(config: dict, base: Path = Path(".")) -> dict:
+    """Everything the Snakefile needs: validated config and its runs."""
+    config = validate(config)
+    check_data_files(config, base)
+    config["model"] = resolve_model(config["model"])
+    return config

@@ -1,0 +1,41 @@
+"""Dataset step: the Hub or local files -> a DatasetDict in Arrow form."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import datasets
+
+from workflow.scripts import config as cfg
+from workflow.scripts import tasks
+from workflow.scripts.atomic import atomic_dir
+from workflow.scripts.errors import run_cli
+from workflow.scripts.load_local import load_hub, load_local
+
+datasets.disable_progress_bars()
+
+
+def load(config: dict):
+    task = tasks.get_task(config["task"])
+    files = cfg.data_files(config)
+    if files:
+        return load_local(task, files, config["data"]["format"])
+    return load_hub(task)
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--config", required=True, help="data configuration JSON")
+    parser.add_argument("--out", required=True, help="folder for the Arrow DatasetDict")
+    args = parser.parse_args(argv)
+    config = json.loads(open(args.config).read())
+    dataset = load(config)
+    with atomic_dir(args.out) as tmp:
+        dataset.save_to_disk(str(tmp))
+    sizes = ", ".join(f"{split} {len(ds)}" for split, ds in dataset.items())
+    print(f"data: {config['task']}: {sizes}")
+
+
+if __name__ == "__main__":
+    run_cli(main)

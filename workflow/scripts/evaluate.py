@@ -1,0 +1,127 @@
+"""Evaluation step: the task's metrics and samples/s of a saved model."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import datasets
+import numpy as np
+import torch
+
+from workflow.scripts import hardware, metrics, qa, tasks
+from workflow.scripts.atomic import write_json
+from workflow.scripts.batching import PAD_KEYS, pad_collate
+from workflow.scripts.errors import run_cli
+from workflow.scripts.modeling import autocast_for
+
+datasets.disable_progress_bars()
+MODEL_INPUTS = PAD_KEYS
+
+
+def load_for_eval(model_dir: str, task: tasks.Task):
+    from transformers import AutoModelForQuestionAnswering, AutoModelForSequenceClassification
+
+    auto = AutoModelForQuestionAnswering if task.is_qa else AutoModelForSequenceClassification
+    return auto.from_pretrained(model_dir).eval()
+
+
+def batches(split, batch_size: int, pad_id: int):
+    """Length-sorted batches (less padding), with each row's position."""
+    lengths = np.array([len(ids) for ids in split["input_ids"]])
+    order = np.argsort(-lengths, kind="stable")
+    collate = pad_collate(pad_id)
+    inputs = split.select_columns([k for k in MODEL_INPUTS if k in split.column_names])
+    for start in range(0, len(order), batch_size):
+        index = order[start:start + batch_size]
+        yield index, collate([inputs[int(i)] for i in index]), lengths[index]
+
+
+@torch.inference_mode()
+def forward_all(model, split, batch_size: int, pad_id: int, autocast) -> tuple[list, float]:
+    """Model outputs per row (in dataset order, unpadded) and the seconds spent."""
+    outputs = [None] * len(split)
+    start = time.perf_counter()
+    for index, batch, lengths in batches(split, batch_size, pad_id):
+        with autocast():
+            out = model(**batch)
+        if hasattr(out, "start_logits"):
+            rows = zip(out.start_logits.float().numpy(), out.end_logits.float().numpy())
+            for i, n, (s, e) in zip(index, lengths, rows):
+                outputs[i] = (s[:n], e[:n])
+        else:
+            for i, logits in zip(index, out.logits.float().numpy()):
+                outputs[i] = logits
+    return outputs, time.perf_counter() - start
+
+
+def classification_metrics(task, model, split, batch_size, pad_id, autocast, suffix=""):
+    logits, seconds = forward_all(model, split, batch_size, pad_id, autocast)
+    logits = np.stack(logits)
+    predictions = logits[:, 0] if task.is_regression else logits.argmax(-1)
+    result = metrics.glue_metrics(task.name, predictions, np.array(split["labels"]))
+    result = {f"{k}{suffix}": v for k, v in result.items()}
+    return result, len(split), seconds
+
+
+def qa_metrics(task, model, features, examples, batch_size, pad_id, autocast, settings):
+    outputs, seconds = forward_all(model, features, batch_size, pad_id, autocast)
+    predictions, _ = qa.postprocess_predictions(
+        examples, features, [o[0] for o in outputs], [o[1] for o in outputs],
+        version_2=task.name == "squad_v2",
+        n_best_size=settings["n_best_size"], max_answer_length=settings["max_answer_length"],
+        null_score_diff_threshold=settings["null_score_diff_threshold"])
+    result = metrics.squad_metrics(predictions, [{"id": e["id"], "answers": e["answers"]} for e in examples])
+    return result, len(examples), seconds, predictions
+
+
+def evaluate(config: dict, model_dir: str, tokenized_dir: str, raw_dir: str, precision: str):
+    """Metrics of every validation split, plus samples per second overall."""
+    task = tasks.get_task(config["task"])
+    settings = config["evaluation"]
+    torch.set_num_threads(hardware.usable_cores(hardware.cpu_summary()))
+    from transformers import AutoTokenizer
+
+    pad_id = AutoTokenizer.from_pretrained(model_dir).pad_token_id
+    model = load_for_eval(model_dir, task)
+    autocast = autocast_for(precision)
+    tokenized = datasets.load_from_disk(tokenized_dir)
+    result, samples, seconds, predictions = {}, 0, 0.0, None
+    for i, split in enumerate(task.validation_splits):
+        if task.is_qa:
+            examples = datasets.load_from_disk(raw_dir)[split]
+            part, n, s, predictions = qa_metrics(task, model, tokenized[split], examples,
+                                                 settings["batch_size"], pad_id, autocast, settings)
+        else:
+            part, n, s = classification_metrics(task, model, tokenized[split], settings["batch_size"],
+                                                pad_id, autocast, suffix="_mm" if i else "")
+        result.update(part)
+        samples, seconds = samples + n, seconds + s
+    result["samples"] = samples
+    result["samples_per_second"] = round(samples / seconds, 3)
+    return result, predictions
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--config", required=True, help="evaluation configuration JSON")
+    parser.add_argument("--environment", required=True, help="environment.json of the run")
+    parser.add_argument("--model", required=True, help="save_pretrained folder")
+    parser.add_argument("--data", required=True, help="tokenized DatasetDict folder")
+    parser.add_argument("--raw", required=True, help="raw DatasetDict folder (QA needs the contexts)")
+    parser.add_argument("--out", required=True, help="metrics JSON to write")
+    args = parser.parse_args(argv)
+    config = json.loads(Path(args.config).read_text())
+    info = json.loads(Path(args.environment).read_text())
+    result, predictions = evaluate(config, args.model, args.data, args.raw, info["precision"])
+    if predictions is not None:
+        out = Path(args.out)
+        write_json(out.with_name(f"{out.stem}_predictions.json"), predictions)
+    write_json(args.out, result)
+    print("eval: " + json.dumps(result))
+
+
+if __name__ == "__main__":
+    run_cli(main)

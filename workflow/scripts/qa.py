@@ -1,0 +1,202 @@
+"""Extractive QA (SQuAD) features and post-processing, torch-free.
+
+Follows transformers' examples (run_qa.py, utils_qa.py): contexts longer
+than max_length are split into overlapping windows ("features") of one
+example; the model scores each token as answer start and end; the best
+valid span over all windows, mapped back to characters of the context, is
+the answer. Features are NOT padded (padding=False): batches are padded
+later, so each feature has its own length.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import NamedTuple, Sequence
+
+import numpy as np
+
+
+class QAError(ValueError):
+    """Features, examples and logits do not belong together."""
+
+
+class Span(NamedTuple):
+    """One candidate answer: its score and where it lies in the context."""
+
+    score: float
+    """start_logit + end_logit."""
+    start_logit: float
+    end_logit: float
+    start_char: int
+    end_char: int
+    """Character offsets: the answer is context[start_char:end_char]."""
+
+
+# ----------------------------------------------------------------- features
+
+def prepare_train_features(examples: dict, tokenizer, max_length: int = 384,
+                           doc_stride: int = 128) -> dict[str, list]:
+    """Tokenize a batch of SQuAD examples (question, context, answers) into
+    windows with start_positions/end_positions; a window that does not hold
+    the (first) answer, or an unanswerable question, points at CLS."""
+    encoded = _tokenize(examples, tokenizer, max_length, doc_stride)
+    sample_map = encoded.pop("overflow_to_sample_mapping")
+    offsets_all = encoded.pop("offset_mapping")
+    context = _context_sequence(tokenizer)
+    starts, ends = [], []
+    for i, offsets in enumerate(offsets_all):
+        cls = _cls_index(encoded["input_ids"][i], tokenizer)
+        answers = examples["answers"][sample_map[i]]
+        context_tokens = [k for k, seq in enumerate(encoded.sequence_ids(i))
+                          if seq == context]
+        start, end = _answer_tokens(offsets, context_tokens, answers, cls)
+        starts.append(start)
+        ends.append(end)
+    return {**encoded, "start_positions": starts, "end_positions": ends}
+
+
+def prepare_eval_features(examples: dict, tokenizer, max_length: int = 384,
+                          doc_stride: int = 128) -> dict[str, list]:
+    """Tokenize a batch of SQuAD examples into windows that keep their
+    example_id and an offset_mapping that is None outside the context, so
+    that post-processing can only pick spans of the context."""
+    encoded = _tokenize(examples, tokenizer, max_length, doc_stride)
+    sample_map = encoded.pop("overflow_to_sample_mapping")
+    context = _context_sequence(tokenizer)
+    encoded["example_id"] = [examples["id"][s] for s in sample_map]
+    encoded["offset_mapping"] = [
+        [o if seq == context else None
+         for o, seq in zip(offsets, encoded.sequence_ids(i))]
+        for i, offsets in enumerate(encoded["offset_mapping"])]
+    return dict(encoded)
+
+
+def _tokenize(examples: dict, tokenizer, max_length: int, doc_stride: int):
+    """Question and context as a pair, the context truncated into windows
+    overlapping by doc_stride tokens; the order follows the padding side."""
+    # Leading spaces in questions waste tokens and can make truncation fail.
+    questions = [q.lstrip() for q in examples["question"]]
+    contexts = examples["context"]
+    pad_on_right = tokenizer.padding_side == "right"
+    return tokenizer(
+        questions if pad_on_right else contexts,
+        contexts if pad_on_right else questions,
+        truncation="only_second" if pad_on_right else "only_first",
+        max_length=min(max_length, tokenizer.model_max_length),
+        stride=doc_stride, return_overflowing_tokens=True,
+        return_offsets_mapping=True, padding=False)
+
+
+def _context_sequence(tokenizer) -> int:
+    """Which sequence of the pair (0 or 1) is the context."""
+    return 1 if tokenizer.padding_side == "right" else 0
+
+
+def _cls_index(input_ids: list[int], tokenizer) -> int:
+    """Position of CLS (or BOS), the "no answer" target."""
+    for token_id in (tokenizer.cls_token_id, tokenizer.bos_token_id):
+        if token_id is not None and token_id in input_ids:
+            return input_ids.index(token_id)
+    return 0
+
+
+def _answer_tokens(offsets, context_tokens: list[int], answers: dict,
+                   cls: int) -> tuple[int, int]:
+    """Token start and end of the first answer, or (cls, cls) when there is
+    none or it is not fully inside this window's context."""
+    if not answers["answer_start"]:
+        return cls, cls
+    start_char = answers["answer_start"][0]
+    end_char = start_char + len(answers["text"][0])
+    first, last = context_tokens[0], context_tokens[-1]
+    if not (offsets[first][0] <= start_char and offsets[last][1] >= end_char):
+        return cls, cls
+    # Walk in from both ends; bounded to the context, unlike run_qa, so an
+    # answer in the last (or first) context token cannot land on [SEP].
+    start = first
+    while start <= last and offsets[start][0] <= start_char:
+        start += 1
+    end = last
+    while end >= first and offsets[end][1] >= end_char:
+        end -= 1
+    return start - 1, end + 1
+
+
+# ---------------------------------------------------------- post-processing
+
+def postprocess_predictions(
+        examples, features, start_logits: Sequence, end_logits: Sequence,
+        version_2: bool = False, n_best_size: int = 20,
+        max_answer_length: int = 30, null_score_diff_threshold: float = 0.0,
+) -> tuple[dict[str, str], dict[str, float]]:
+    """Answer text per example id, and its null odds.
+
+    examples: columns ``id`` and ``context`` (a Dataset or a dict of lists);
+    features: columns ``example_id`` and ``offset_mapping`` from
+    prepare_eval_features. start_logits/end_logits: a list with one 1-D
+    array per feature, at least as long as its offset_mapping (features are
+    unpadded; a padded 2-D array also works, as rows are cut to each
+    feature's length).
+
+    null odds = best "no answer" (CLS) score over the windows minus the best
+    span's score. With version_2 an example whose null odds exceed
+    null_score_diff_threshold is answered "". An example without any valid
+    span is answered "".
+    """
+    offsets_all = list(features["offset_mapping"])
+    _check_logits(offsets_all, start_logits, end_logits)
+    windows = defaultdict(list)
+    for i, example_id in enumerate(features["example_id"]):
+        windows[example_id].append(i)
+    predictions, null_odds = {}, {}
+    for example_id, context in zip(examples["id"], examples["context"]):
+        if not windows[example_id]:
+            raise QAError(f"example {example_id!r} has no features: pass the"
+                          " features made from these same examples")
+        null_score, spans = float("inf"), []
+        for i in windows[example_id]:
+            start, end = (np.asarray(logits[i], dtype=np.float64)
+                          for logits in (start_logits, end_logits))
+            null_score = min(null_score, start[0] + end[0])
+            spans += n_best_spans(start, end, offsets_all[i], n_best_size,
+                                  max_answer_length)
+        best = max(spans, default=None)
+        odds = null_score - (best.score if best else 0.0)
+        null_odds[example_id] = float(odds)
+        answerable = best is not None and not (
+            version_2 and odds > null_score_diff_threshold)
+        predictions[example_id] = (context[best.start_char:best.end_char]
+                                   if answerable else "")
+    return predictions, null_odds
+
+
+def n_best_spans(start_logits: np.ndarray, end_logits: np.ndarray,
+                 offsets: list, n_best_size: int = 20,
+                 max_answer_length: int = 30) -> list[Span]:
+    """Valid spans of one feature, best first: start and end among the
+    n_best_size highest logits, both in the context (offset not None),
+    end >= start, at most max_answer_length tokens."""
+    length = len(offsets)
+    start_logits, end_logits = start_logits[:length], end_logits[:length]
+    top_starts = np.argsort(start_logits)[::-1][:n_best_size]
+    top_ends = np.argsort(end_logits)[::-1][:n_best_size]
+    spans = [
+        Span(float(start_logits[s] + end_logits[e]), float(start_logits[s]),
+             float(end_logits[e]), offsets[s][0], offsets[e][1])
+        for s in top_starts for e in top_ends
+        if offsets[s] is not None and offsets[e] is not None
+        and s <= e < s + max_answer_length]
+    return sorted(spans, reverse=True)
+
+
+def _check_logits(offsets_all: list, start_logits, end_logits) -> None:
+    """One row of logits per feature, each covering the feature's tokens."""
+    if not len(start_logits) == len(end_logits) == len(offsets_all):
+        raise QAError(
+            f"{len(start_logits)} start and {len(end_logits)} end logit rows"
+            f" for {len(offsets_all)} features: pass one row per feature")
+    for i, offsets in enumerate(offsets_all):
+        shortest = min(len(start_logits[i]), len(end_logits[i]))
+        if shortest < len(offsets):
+            raise QAError(f"feature {i} has {len(offsets)} tokens but only"
+                          f" {shortest} logits: pass one logit per token")

@@ -1,0 +1,71 @@
+"""Summary step: one summary.json for the experiment, one entry per run."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from workflow.scripts.atomic import read_json, write_json
+from workflow.scripts.errors import run_cli
+
+
+def _optional(path: Path):
+    return read_json(path) if path.is_file() else None
+
+
+def run_entry(name: str, run_dir: Path) -> dict:
+    env = read_json(run_dir / "environment.json")
+    train = read_json(run_dir / "train_metrics.json")
+    return {
+        "run": name,
+        "nodes": env["nodes"],
+        "processes_per_node": env["processes_per_node"],
+        "world_size": train["world_size"],
+        "threads_per_process": train["threads_per_process"],
+        "backend": train["backend"],
+        "mpi": f"{env['mpi']['flavour']} {env['mpi']['version']}",
+        "precision": train["precision"],
+        "epochs": train["epochs"],
+        "steps": train["steps"],
+        "train_seconds": train["train_seconds"],
+        "train_samples_per_second": train["train_samples_per_second"],
+        "final_loss": train["final_loss"],
+        "peak_rss_mb_per_rank": [r["peak_rss_mb"] for r in train["ranks"]],
+        "eval": {
+            "fp32": read_json(run_dir / "eval_fp32.json"),
+            "int8": _optional(run_dir / "eval_int8.json"),
+        },
+        "model": str(run_dir / "model"),
+        "environment": str(run_dir / "environment.json"),
+    }
+
+
+def add_scaling(entries: list[dict]) -> None:
+    """Speedup and scaling efficiency of each run against the first (baseline)."""
+    base = entries[0]
+    for entry in entries:
+        speedup = base["train_seconds"] / entry["train_seconds"]
+        entry["speedup"] = round(speedup, 3)
+        entry["scaling_efficiency"] = round(speedup * base["world_size"] / entry["world_size"], 3)
+
+
+def summarize(experiment: str, results_dir: Path, runs: list[str]) -> dict:
+    entries = [run_entry(name, results_dir / name) for name in runs]
+    add_scaling(entries)
+    return {"experiment": experiment, "runs": entries}
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--experiment", required=True)
+    parser.add_argument("--results", required=True, help="results/<experiment> folder")
+    parser.add_argument("--run", action="append", required=True, help="run name (baseline first)")
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args(argv)
+    summary = summarize(args.experiment, Path(args.results), args.run)
+    write_json(args.out, summary)
+    print(f"summary: {args.out}")
+
+
+if __name__ == "__main__":
+    run_cli(main)

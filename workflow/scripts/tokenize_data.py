@@ -1,0 +1,64 @@
+"""Tokenize step: the model's tokenizer, no padding (batches pad later)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import datasets
+from transformers import AutoTokenizer
+
+from workflow.scripts import qa, tasks
+from workflow.scripts.atomic import atomic_dir
+from workflow.scripts.errors import run_cli
+
+datasets.disable_progress_bars()
+
+
+def load_tokenizer(model: str, trust_remote_code: bool = False):
+    return AutoTokenizer.from_pretrained(model, trust_remote_code=trust_remote_code)
+
+
+def encode_pairs(task: tasks.Task, tokenizer, max_length: int):
+    """Batched map function for classification and regression tasks."""
+    def encode(batch):
+        texts = [batch[column] for column in task.text_columns]
+        encoded = tokenizer(*texts, truncation=True, max_length=max_length)
+        encoded["labels"] = batch["label"]
+        return encoded
+    return encode
+
+
+def tokenize_split(task, tokenizer, split_name: str, split, train: dict):
+    if not task.is_qa:
+        encode = encode_pairs(task, tokenizer, train["max_seq_length"])
+    elif split_name == "train":
+        encode = lambda b: qa.prepare_train_features(b, tokenizer, train["max_seq_length"], train["doc_stride"])  # noqa: E731
+    else:
+        encode = lambda b: qa.prepare_eval_features(b, tokenizer, train["max_seq_length"], train["doc_stride"])  # noqa: E731
+    return split.map(encode, batched=True, remove_columns=split.column_names, desc=f"tokenize {split_name}")
+
+
+def tokenize(config: dict, raw: datasets.DatasetDict) -> datasets.DatasetDict:
+    task = tasks.get_task(config["task"])
+    tokenizer = load_tokenizer(config["model"], config.get("trust_remote_code", False))
+    return datasets.DatasetDict({
+        name: tokenize_split(task, tokenizer, name, split, config["train"]) for name, split in raw.items()
+    })
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--config", required=True, help="tokenize configuration JSON")
+    parser.add_argument("--data", required=True, help="Arrow DatasetDict from the data step")
+    parser.add_argument("--out", required=True, help="folder for the tokenized DatasetDict")
+    args = parser.parse_args(argv)
+    config = json.loads(open(args.config).read())
+    tokenized = tokenize(config, datasets.load_from_disk(args.data))
+    with atomic_dir(args.out) as tmp:
+        tokenized.save_to_disk(str(tmp))
+    print("tokenized: " + ", ".join(f"{k} {len(v)} features" for k, v in tokenized.items()))
+
+
+if __name__ == "__main__":
+    run_cli(main)
