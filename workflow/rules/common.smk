@@ -6,6 +6,9 @@ import re
 import sys
 
 from workflow.scripts import config as cfg
+from workflow.scripts.smk_env import prepare_job_environment
+
+prepare_job_environment(workflow.basedir)
 
 try:
     CONFIG = cfg.load_config(config)
@@ -60,3 +63,7 @@ def world_size(run):
 
 def run_dirs():
     return [f"{RESULTS}/{run}" for run in RUNS]
+
+
+def local_data_files(wildcards):
+    return list(cfg.data_files(CONFIG).values())

@@ -21,10 +21,6 @@ if (CONFIG["data"] or {}).get("generate"):
             " --seed {params.settings[seed]} 2> {log}"
 
 
-def local_data_files(wildcards):
-    return list(cfg.data_files(CONFIG).values())
-
-
 rule data_load:
     input:
         cfg="results/{experiment}/config/data.json",

@@ -11,7 +11,7 @@ rule config_shared:
         "logs/config_shared/{experiment}/{shared_stage}.log",
     run:
         with open(output[0], "w") as handle:
-            handle.write(params.content + "\n")
+            print(params.content, file=handle)
 
 
 rule config_run:
@@ -23,7 +23,7 @@ rule config_run:
         "logs/config_run/{experiment}/{run}/{run_stage}.log",
     run:
         with open(output[0], "w") as handle:
-            handle.write(params.content + "\n")
+            print(params.content, file=handle)
 
 
 rule environment_check:

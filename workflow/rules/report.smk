@@ -10,10 +10,12 @@ rule report_summary:
         f"{RESULTS}/summary.json",
     params:
         runs=[a for run in RUNS for a in ("--run", run)],
+        experiment=EXP,
+        results=lambda wc, output: os.path.dirname(output[0]),
     log:
         f"logs/report_summary/{EXP}.log",
     conda:
         "../../envs/cpuddp.yaml"
     shell:
-        "python -m workflow.scripts.summary --experiment {EXP:q} --results {RESULTS:q} {params.runs:q}"
+        "python -m workflow.scripts.summary --experiment {params.experiment:q} --results {params.results:q} {params.runs:q}"
         " --out {output} 2> {log}"

@@ -15,7 +15,7 @@ rule train_ddp:
         "benchmarks/train_ddp/{experiment}/{run}.tsv"
     params:
         rank_logs="logs/train_ddp/{experiment}/{run}",
-        run_dir="results/{experiment}/{run}",
+        run_dir=lambda wc, output: os.path.dirname(output.metrics),
     # The ranks take the nodes' cores; one MPI job at a time on them.
     threads: workflow.cores
     resources:

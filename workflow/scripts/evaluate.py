@@ -10,6 +10,7 @@ from pathlib import Path
 import datasets
 import numpy as np
 import torch
+import transformers
 
 from workflow.scripts import hardware, metrics, qa, tasks
 from workflow.scripts.atomic import write_json
@@ -18,6 +19,7 @@ from workflow.scripts.errors import run_cli
 from workflow.scripts.modeling import autocast_for
 
 datasets.disable_progress_bars()
+transformers.utils.logging.disable_progress_bar()
 MODEL_INPUTS = PAD_KEYS
 
 
@@ -73,7 +75,8 @@ def qa_metrics(task, model, features, examples, batch_size, pad_id, autocast, se
         version_2=task.name == "squad_v2",
         n_best_size=settings["n_best_size"], max_answer_length=settings["max_answer_length"],
         null_score_diff_threshold=settings["null_score_diff_threshold"])
-    result = metrics.squad_metrics(predictions, [{"id": e["id"], "answers": e["answers"]} for e in examples])
+    references = [{"id": e["id"], "answers": e["answers"]} for e in examples]
+    result = metrics.squad_metrics(predictions, references, version_2=task.name == "squad_v2")
     return result, len(examples), seconds, predictions
 
 

@@ -210,7 +210,7 @@ def _read_glue_tsv(task: Task, path: str) -> list[dict]:
     if header is None:
         if layout.has_header or not lines:
             return []
-        header = list(range(len(lines[0])))
+        header = list(range(max(map(len, lines))))  # positions as names
     _check_columns(path, header, wanted.values())
     index = {name: header.index(col) for name, col in wanted.items()}
     rows = [{name: line[i] for name, i in index.items()}

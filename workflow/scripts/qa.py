@@ -153,21 +153,30 @@ def postprocess_predictions(
         if not windows[example_id]:
             raise QAError(f"example {example_id!r} has no features: pass the"
                           " features made from these same examples")
-        null_score, spans = float("inf"), []
-        for i in windows[example_id]:
-            start, end = (np.asarray(logits[i], dtype=np.float64)
-                          for logits in (start_logits, end_logits))
-            null_score = min(null_score, start[0] + end[0])
-            spans += n_best_spans(start, end, offsets_all[i], n_best_size,
-                                  max_answer_length)
-        best = max(spans, default=None)
+        best, null_score = _best_span(
+            [(start_logits[i], end_logits[i], offsets_all[i])
+             for i in windows[example_id]], n_best_size, max_answer_length)
         odds = null_score - (best.score if best else 0.0)
-        null_odds[example_id] = float(odds)
+        null_odds[example_id] = odds
         answerable = best is not None and not (
             version_2 and odds > null_score_diff_threshold)
         predictions[example_id] = (context[best.start_char:best.end_char]
                                    if answerable else "")
     return predictions, null_odds
+
+
+def _best_span(windows: list, n_best_size: int, max_answer_length: int
+               ) -> tuple[Span | None, float]:
+    """The best span over one example's windows ((start_logits, end_logits,
+    offsets) each), and the lowest "no answer" score start[0] + end[0]."""
+    null_score, spans = float("inf"), []
+    for start_logits, end_logits, offsets in windows:
+        start = np.asarray(start_logits, dtype=np.float64)
+        end = np.asarray(end_logits, dtype=np.float64)
+        null_score = min(null_score, float(start[0] + end[0]))
+        spans += n_best_spans(start, end, offsets, n_best_size,
+                              max_answer_length)
+    return max(spans, default=None), null_score
 
 
 def n_best_spans(start_logits: np.ndarray, end_logits: np.ndarray,

@@ -22,6 +22,7 @@ from pathlib import Path
 import datasets
 import torch
 import torch.distributed as dist
+import transformers
 from torch.nn.parallel import DistributedDataParallel as DDP
 from transformers import AutoTokenizer, get_linear_schedule_with_warmup
 
@@ -32,6 +33,7 @@ from workflow.scripts.errors import UserError, run_cli
 from workflow.scripts.modeling import autocast_for, load_model
 
 datasets.disable_progress_bars()
+transformers.utils.logging.disable_progress_bar()
 
 
 @dataclass
