@@ -1,0 +1,112 @@
+"""Length-grouped distributed sampler and the padding collate function."""
+
+import numpy as np
+import pytest
+import torch
+
+from workflow.scripts.batching import DistributedLengthGroupedSampler as Sampler
+from workflow.scripts.batching import pad_collate
+
+LENGTHS = np.random.default_rng(1).integers(5, 500, size=1003)  # not a multiple of any global batch
+
+
+def epoch(lengths, batch_size, world, epoch_no=0, **kwargs):
+    """Every rank's batches for one epoch: list (rank) of lists (step) of indices."""
+    out = []
+    for rank in range(world):
+        sampler = Sampler(lengths, batch_size, rank, world, **kwargs)
+        sampler.set_epoch(epoch_no)
+        out.append(list(sampler))
+    return out
+
+
+@pytest.mark.parametrize("group_by_length", [True, False])
+@pytest.mark.parametrize("batch_size, world", [(8, 2), (16, 3), (7, 4), (32, 1)])
+def test_equal_steps_of_exactly_batch_size(batch_size, world, group_by_length):
+    ranks = epoch(LENGTHS, batch_size, world, group_by_length=group_by_length)
+    expected_steps = -(-len(LENGTHS) // (batch_size * world))
+    for batches in ranks:
+        assert len(batches) == expected_steps
+        assert all(len(b) == batch_size for b in batches)
+    assert len(Sampler(LENGTHS, batch_size, 0, world)) == expected_steps
+
+
+@pytest.mark.parametrize("group_by_length", [True, False])
+def test_epoch_covers_every_index_with_wraparound_padding(group_by_length):
+    ranks = epoch(LENGTHS, 8, 3, group_by_length=group_by_length)
+    seen = [i for batches in ranks for b in batches for i in b]
+    assert set(seen) == set(range(len(LENGTHS)))
+    padding = len(seen) - len(LENGTHS)
+    assert 0 <= padding < 8 * 3
+    counts = np.bincount(seen, minlength=len(LENGTHS))
+    assert counts.max() <= 2 and (counts == 2).sum() == padding
+
+
+def test_ranks_share_each_step_without_overlap():
+    ranks = epoch(LENGTHS, 8, 2)
+    for step in range(len(ranks[0]) - 1):  # the last step may hold padding repeats
+        assert not set(ranks[0][step]) & set(ranks[1][step])
+
+
+def test_same_epoch_same_order_other_epoch_other_order():
+    first = epoch(LENGTHS, 8, 2, epoch_no=1)
+    assert first == epoch(LENGTHS, 8, 2, epoch_no=1)
+    assert first != epoch(LENGTHS, 8, 2, epoch_no=2)
+    assert first != epoch(LENGTHS, 8, 2, epoch_no=1, seed=7)
+
+
+def test_batches_are_length_grouped():
+    grouped = epoch(LENGTHS, 8, 2, group_by_length=True)
+    random = epoch(LENGTHS, 8, 2, group_by_length=False)
+
+    def mean_spread(ranks):
+        return np.mean([np.ptp(LENGTHS[b]) for batches in ranks for b in batches])
+
+    assert mean_spread(grouped) < 0.1 * mean_spread(random)
+
+
+def test_ranks_get_similar_lengths_in_a_step():
+    ranks = epoch(LENGTHS, 8, 2)
+    gaps = [abs(LENGTHS[a].max() - LENGTHS[b].max()) for a, b in zip(*ranks)]
+    assert np.mean(gaps) < 0.05 * np.ptp(LENGTHS)
+
+
+def test_sampler_in_a_dataloader():
+    data = [{"input_ids": [1] * n} for n in LENGTHS[:40]]
+    sampler = Sampler(LENGTHS[:40], 4, 0, 2)
+    loader = torch.utils.data.DataLoader(data, batch_sampler=sampler, collate_fn=pad_collate(0))
+    batches = list(loader)
+    assert len(batches) == 5
+    assert all(b["input_ids"].shape[0] == 4 for b in batches)
+
+
+@pytest.mark.xfail(strict=True, reason="BUG batching: when the wrap-around padding exceeds the dataset "
+                   "(len < global batch / 2), order[:padded - n] is too short, so the last rank gets a short "
+                   "batch (here 2 of 4) instead of exactly batch_size")
+def test_tiny_dataset_still_gives_full_batches():
+    ranks = epoch([5, 6, 7], 4, 2)
+    for batches in ranks:
+        assert [len(b) for b in batches] == [4]
+
+
+def test_pad_collate():
+    rows = [
+        {"input_ids": [101, 7, 102], "attention_mask": [1, 1, 1], "token_type_ids": [0, 0, 1], "labels": 1},
+        {"input_ids": [101, 102], "attention_mask": [1, 1], "token_type_ids": [0, 0], "labels": 0},
+    ]
+    batch = pad_collate(pad_token_id=9)(rows)
+    assert batch["input_ids"].tolist() == [[101, 7, 102], [101, 102, 9]]
+    assert batch["attention_mask"].tolist() == [[1, 1, 1], [1, 1, 0]]
+    assert batch["token_type_ids"].tolist() == [[0, 0, 1], [0, 0, 0]]
+    assert batch["labels"].tolist() == [1, 0]
+    assert batch["input_ids"].dtype == torch.int64
+
+
+def test_pad_collate_keeps_float_labels_and_other_fields():
+    rows = [{"input_ids": [1], "labels": 0.5, "start_positions": 3},
+            {"input_ids": [1, 2], "labels": 4.25, "start_positions": 0}]
+    batch = pad_collate(0)(rows)
+    assert batch["labels"].dtype.is_floating_point
+    assert batch["labels"].tolist() == [0.5, 4.25]
+    assert batch["start_positions"].tolist() == [3, 0]
+    assert set(batch) == {"input_ids", "labels", "start_positions"}
