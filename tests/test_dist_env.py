@@ -26,7 +26,7 @@ def test_torchrun():
 
 @pytest.mark.parametrize("per_node", ["2(x3)", "2"])
 def test_slurm(per_node):
-    env = {"SLURM_PROCID": "4", "SLURM_NTASKS": "6", "SLURM_LOCALID": "0", "SLURM_NTASKS_PER_NODE": per_node}
+    env = {"SLURM_PROCID": "4", "SLURM_NTASKS": "6", "SLURM_LOCALID": "0", "SLURM_TASKS_PER_NODE": per_node}
     assert read(env) == DistEnv(4, 6, 0, 2, "slurm")
 
 

@@ -44,7 +44,7 @@ class DistributedLengthGroupedSampler(torch.utils.data.Sampler):
         order = rng.permutation(len(self.lengths))
         global_size = self.batch_size * self.world_size
         padded = len(self) * global_size
-        order = np.concatenate([order, order[: padded - len(order)]])
+        order = np.resize(order, padded)  # wrap around, as often as needed
         if self.group_by_length:
             mega = global_size * self.group
             chunks = [order[i:i + mega] for i in range(0, len(order), mega)]

@@ -122,7 +122,10 @@ def resolve_model(model: str) -> str:
     if not model.startswith("pkg:"):
         return model
     package, _, folder = model[len("pkg:"):].partition("/")
-    spec = importlib.util.find_spec(package)
+    try:
+        spec = importlib.util.find_spec(package)
+    except ModuleNotFoundError:  # a dotted name whose parent is missing
+        spec = None
     if spec is None or not spec.submodule_search_locations:
         raise ConfigError(f"config error: model: package '{package}' is not installed; run `make venv`")
     path = Path(list(spec.submodule_search_locations)[0]) / folder

@@ -16,7 +16,8 @@ LAUNCHERS = (
      "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"),
     ("pmi", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"),
     ("torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"),
-    ("slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"),
+    # SLURM_NTASKS_PER_NODE exists only with --ntasks-per-node; SLURM_TASKS_PER_NODE always.
+    ("slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_TASKS_PER_NODE"),
 )
 
 
@@ -45,7 +46,7 @@ def read(env: dict | None = None) -> DistEnv:
 
 
 def _local_size(value: str | None, world: int) -> int:
-    # SLURM_NTASKS_PER_NODE may read "2(x3)" on heterogeneous allocations.
+    # SLURM_TASKS_PER_NODE may read "2(x3)" on heterogeneous allocations.
     if not value:
         return world
     return int(value.split("(")[0])

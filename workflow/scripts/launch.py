@@ -43,7 +43,8 @@ def parse_mpi_version(text: str) -> dict:
         match = re.search(pattern, text, re.S)
         if match:
             return {"flavour": flavour, "version": match.group(1)}
-    raise UserError("cannot tell which MPI `mpirun` is (not Intel MPI, MPICH or Open MPI); set distributed.mpi")
+    raise UserError("cannot tell which MPI `mpirun` is (not Intel MPI, MPICH or Open MPI); "
+                    "put Intel MPI, MPICH or Open MPI's mpirun first on PATH")
 
 
 def detect_mpi(requested: str = "auto") -> dict:
