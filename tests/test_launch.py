@@ -42,7 +42,7 @@ def test_parse_mpi_version(text, flavour, version):
 
 @pytest.mark.parametrize("text", ["", "mpirun: command not found", "Spectrum MPI 10.4"])
 def test_parse_unknown_mpi(text):
-    with pytest.raises(UserError, match="distributed.mpi"):
+    with pytest.raises(UserError, match="first on PATH"):
         launch.parse_mpi_version(text)
 
 
