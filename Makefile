@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test lint dryrun clean
+.PHONY: venv demo test lint dryrun clean report compare
 
 venv: $(STAMP)
 
@@ -20,6 +20,19 @@ $(STAMP): requirements.lock requirements.txt
 demo: venv
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/snakemake --profile profiles/local --configfile experiments/demo.yaml
 	@echo "Summary: results/demo/summary.json"
+
+# The HTML report of an experiment that has run: make report EXP=demo-sweep
+EXP ?= demo
+report: venv
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/snakemake --profile profiles/local --configfile experiments/$(EXP).yaml \
+		--report results/$(EXP)/report.html
+	@echo "Report: results/$(EXP)/report.html"
+
+# Two experiments side by side and against their published figures:
+# make compare A=blog-mrpc-nodes [B=other-experiment]
+compare: venv
+	@test -n "$(A)" || { echo "usage: make compare A=<experiment> [B=<experiment>]" >&2; exit 2; }
+	$(BIN)/python -m workflow.scripts.compare $(A) $(B)
 
 test: venv
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -q tests

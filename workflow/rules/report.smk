@@ -1,21 +1,94 @@
-# The experiment's summary.json: one entry per run.
+# The experiment's summary.json (one entry per run) and its report: tables
+# and charts marked for `snakemake --report report.html` (landing page:
+# workflow/report/workflow.rst; captions: workflow/report/*.rst).
 
 
+report: "../report/workflow.rst"
+
+
+rule config_report:
+    output:
+        f"{RESULTS}/config/report.json",
+    params:
+        content=json.dumps(
+            {k: CONFIG.get(k) for k in ("experiment", "task", "model", "published")},
+            sort_keys=True,
+        ),
+    log:
+        f"logs/config_report/{EXP}.log",
+    run:
+        with open(output[0], "w") as handle:
+            print(params.content, file=handle)
+
+
+# One job writes summary.json and the report files, so that `rule all`
+# (summary.json) leaves everything `snakemake --report` needs.
 rule report_summary:
     input:
+        cfg=f"{RESULTS}/config/report.json",
         env=expand("{d}/environment.json", d=run_dirs()),
         train=expand("{d}/train_metrics.json", d=run_dirs()),
         fp32=expand("{d}/eval_fp32.json", d=run_dirs()),
+        # The int8 evaluations, once a rule makes them (else int8 is null).
+        int8=lambda wc: (
+            expand("{d}/eval_int8.json", d=run_dirs())
+            if CONFIG["quantization"]["enabled"] and rules.has("evaluate_int8")
+            else []
+        ),
     output:
-        f"{RESULTS}/summary.json",
+        summary=f"{RESULTS}/summary.json",
+        # The landing page (workflow.rst) includes it: runs table, charts.
+        overview=f"{RESULTS}/report/overview.html",
+        table=report(
+            f"{RESULTS}/report/summary.html",
+            caption="../report/summary.rst",
+            category="Summary",
+            labels={"table": "runs"},
+        ),
+        scaling=report(
+            f"{RESULTS}/report/scaling.png",
+            caption="../report/scaling.rst",
+            category="Scaling",
+            labels={"chart": "speedup"},
+        ),
+        loss=report(
+            f"{RESULTS}/report/loss.png",
+            caption="../report/loss.rst",
+            category="Training",
+            labels={"run": "all runs"},
+        ),
+        run_loss=[
+            report(
+                f"{RESULTS}/report/loss/{run}.png",
+                caption="../report/loss.rst",
+                category="Training",
+                labels={"run": run},
+            )
+            for run in RUNS
+        ],
+        quantization=report(
+            f"{RESULTS}/report/quantization.html",
+            caption="../report/quantization.rst",
+            category="Quantization",
+            labels={"table": "fp32 vs int8"},
+        ),
+        environment=report(
+            f"{RESULTS}/report/environment.html",
+            caption="../report/environment.rst",
+            category="Environment",
+            labels={"table": "every run"},
+        ),
     params:
         runs=[a for run in RUNS for a in ("--run", run)],
         experiment=EXP,
-        results=lambda wc, output: os.path.dirname(output[0]),
+        results=lambda wc, output: os.path.dirname(output.summary),
+        report_dir=lambda wc, output: os.path.dirname(output.scaling),
     log:
         f"logs/report_summary/{EXP}.log",
     conda:
         "../../envs/cpuddp.yaml"
     shell:
-        "python -m workflow.scripts.summary --experiment {params.experiment:q} --results {params.results:q} {params.runs:q}"
-        " --out {output} 2> {log}"
+        "python -m workflow.scripts.summary --experiment {params.experiment:q} --results {params.results:q}"
+        " {params.runs:q} --out {output.summary} 2> {log}"
+        " && python -m workflow.scripts.plots --summary {output.summary} --config {input.cfg}"
+        " --results {params.results:q} --out-dir {params.report_dir:q} 2>> {log}"

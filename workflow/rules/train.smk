@@ -23,6 +23,7 @@ rule train_ddp:
     conda:
         "../../envs/cpuddp.yaml"
     shell:
-        "python -m workflow.scripts.launch --config {input.cfg} --environment {input.env} --"
+        "python -m workflow.scripts.launch --config {input.cfg} --environment {input.env}"
+        " --log-dir {params.rank_logs} --"
         " python -m workflow.scripts.train --config {input.cfg} --environment {input.env}"
         " --data {input.data} --out {params.run_dir} --log-dir {params.rank_logs} > {log} 2>&1"

@@ -294,7 +294,7 @@ def _mutate(frame: dict, fact: dict, shared: set, rng: random.Random) -> dict:
         a, b = rng.choice(sorted(pairs))
         new[a], new[b] = fact[b], fact[a]
         return new
-    for name in rng.sample(sorted(shared), min(len(shared), 1 if rng.random() < 0.75 else 2)):
+    for name in rng.sample(sorted(shared), min(len(shared), 1 if rng.random() < 0.6 else 2)):
         if name == "pol":
             new["pol"] = next(p for p in frame["pol"] if p != fact["pol"])
         else:
@@ -308,7 +308,7 @@ def _mrpc_pair(label: int, rng: random.Random) -> tuple[str, str]:
     fact = _new_fact(frame, rng)
     if label == 1:
         return _say(frame, fact, t1, rng), _say(frame, fact, t2, rng)
-    if rng.random() < 0.15:  # unrelated pair: other facts, often another frame
+    if rng.random() < 0.25:  # unrelated pair: other facts, often another frame
         other = rng.choice(FRAMES)
         return _say(frame, fact, t1, rng), _say(other, _new_fact(other, rng), rng.choice(other["templates"]), rng)
     shared = {f.removesuffix("_a") for f in _fields(t1)} & {f.removesuffix("_a") for f in _fields(t2)}

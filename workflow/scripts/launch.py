@@ -144,10 +144,42 @@ def build(config: dict, info: dict, program: list[str]) -> list[str]:
     return mpirun_argv(mpi["flavour"], mpi["mpirun"], world, dist["processes_per_node"], env, program, hostfile)
 
 
+def rank_failures(log_dir, world: int) -> list[str]:
+    """What each failed rank left: its error, or no exit status at all."""
+    failures = []
+    for rank in range(world):
+        path = Path(log_dir) / f"rank{rank}.exit"
+        if not path.is_file():
+            failures.append(f"rank {rank} died without an exit status (killed, out of memory or node lost)")
+            continue
+        status = json.loads(path.read_text())
+        if status["status"] != "ok":
+            failures.append(f"rank {rank} on {status['host']} failed: {status['error']}")
+    return failures
+
+
+def log_tail(log_dir, rank: int, lines: int = 20) -> str:
+    path = Path(log_dir) / f"rank{rank}.log"
+    if not path.is_file():
+        return f"(no log {path})"
+    return "\n".join(path.read_text().splitlines()[-lines:])
+
+
+def report_failure(code: int, log_dir, world: int) -> UserError:
+    failures = rank_failures(log_dir, world) if log_dir else []
+    if not failures:
+        return UserError(f"mpirun failed (exit code {code}) before the ranks started; see the lines above")
+    first = int(failures[0].split()[1])
+    print(f"--- last lines of {Path(log_dir) / f'rank{first}.log'} ---\n{log_tail(log_dir, first)}",
+          file=sys.stderr)
+    return UserError(f"{failures[0]}; log: {Path(log_dir) / f'rank{first}.log'}")
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--config", required=True, help="run configuration JSON")
     parser.add_argument("--environment", required=True, help="environment.json of the run")
+    parser.add_argument("--log-dir", help="where the ranks write rank<N>.log / rank<N>.exit")
     parser.add_argument("program", nargs=argparse.REMAINDER, help="-- command for every rank")
     args = parser.parse_args(argv)
     program = args.program[1:] if args.program[:1] == ["--"] else args.program
@@ -157,7 +189,8 @@ def main(argv=None) -> None:
     print("launch: " + " ".join(command), file=sys.stderr, flush=True)
     code = subprocess.run(command).returncode
     if code != 0:
-        raise UserError(f"a rank failed (mpirun exit code {code}); see the per-rank logs named above")
+        world = config["distributed"]["nodes"] * config["distributed"]["processes_per_node"]
+        raise report_failure(code, args.log_dir, world)
 
 
 if __name__ == "__main__":

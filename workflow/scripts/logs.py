@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import socket
+from contextlib import contextmanager
 import sys
 from pathlib import Path
 
@@ -29,3 +31,19 @@ def setup(log_dir, rank: int, name: str = "cpuddp") -> logging.Logger:
 
         transformers.logging.set_verbosity_error()
     return logger
+
+
+@contextmanager
+def exit_status(log_dir, rank: int):
+    """Leave rank<N>.exit: ok or the error; a killed rank leaves none."""
+    path = Path(log_dir) / f"rank{rank}.exit"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.unlink(missing_ok=True)
+    status = {"rank": rank, "host": socket.gethostname(), "status": "ok"}
+    try:
+        yield
+    except BaseException as err:
+        status.update(status="error", error=f"{type(err).__name__}: {err}".splitlines()[0])
+        raise
+    finally:
+        path.write_text(json.dumps(status) + "\n")

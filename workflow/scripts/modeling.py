@@ -1,31 +1,66 @@
-"""Loading the model for a task (classification, regression or QA)."""
+"""Loading the tokenizer and the model for a task (classification, regression or QA)."""
 
 from __future__ import annotations
 
 import contextlib
+from pathlib import Path
 
 import torch
-from transformers import AutoModelForQuestionAnswering, AutoModelForSequenceClassification
+from transformers import AutoModelForQuestionAnswering, AutoModelForSequenceClassification, AutoTokenizer
 
 from workflow.scripts import tasks
+from workflow.scripts.errors import UserError
+
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                "pytorch_model.bin.index.json")
 
 
-def load_model(model: str, task: tasks.Task, trust_remote_code: bool = False):
+def load_tokenizer(model: str, trust_remote_code: bool = False):
+    try:
+        return AutoTokenizer.from_pretrained(model, trust_remote_code=trust_remote_code)
+    except (OSError, ValueError) as err:
+        raise UserError(f"cannot load a tokenizer from '{model}' ({str(err).splitlines()[0]}); "
+                        "point model: at a folder with tokenizer files or a Hub id") from None
+
+
+def check_weights(model: str) -> None:
+    """A local model folder must hold safetensors weights (pickle is unsafe)."""
+    folder = Path(model)
+    if not folder.is_dir():
+        return  # a Hub id: from_pretrained prefers safetensors there too
+    if not any((folder / name).is_file() for name in WEIGHT_FILES):
+        raise UserError(f"model folder '{model}' has no weights (model.safetensors); "
+                        "save the model with save_pretrained or point model: elsewhere")
+    if not any((folder / name).is_file() for name in WEIGHT_FILES[:2]):
+        raise UserError(f"model folder '{model}' has only pickle weights (pytorch_model.bin), "
+                        "which can run code when loaded; convert them to model.safetensors")
+
+
+def check_tokenizer_fits(model, tokenizer, name: str) -> None:
+    """Token ids beyond the embedding table would crash mid-training."""
+    vocab = model.get_input_embeddings().num_embeddings
+    if len(tokenizer) > vocab:
+        raise UserError(f"the tokenizer of '{name}' has {len(tokenizer)} tokens but the model's embeddings "
+                        f"only {vocab}: tokenizer and model do not match")
+
+
+def load_model(model: str, task: tasks.Task, trust_remote_code: bool = False, tokenizer=None):
     """A pretrained model with the task's head (new heads start random)."""
-    common = {"trust_remote_code": trust_remote_code}
+    check_weights(model)
+    common = {"trust_remote_code": trust_remote_code, "use_safetensors": Path(model).is_dir() or None}
     if task.is_qa:
-        return AutoModelForQuestionAnswering.from_pretrained(model, **common)
-    if task.is_regression:
-        return AutoModelForSequenceClassification.from_pretrained(
+        loaded = AutoModelForQuestionAnswering.from_pretrained(model, **common)
+    elif task.is_regression:
+        loaded = AutoModelForSequenceClassification.from_pretrained(
             model, num_labels=1, problem_type="regression", **common)
-    labels = list(task.label_names)
-    return AutoModelForSequenceClassification.from_pretrained(
-        model,
-        num_labels=len(labels),
-        id2label=dict(enumerate(labels)),
-        label2id={name: i for i, name in enumerate(labels)},
-        **common,
-    )
+    else:
+        labels = list(task.label_names)
+        loaded = AutoModelForSequenceClassification.from_pretrained(
+            model, num_labels=len(labels), id2label=dict(enumerate(labels)),
+            label2id={name: i for i, name in enumerate(labels)}, **common)
+    if tokenizer is not None:
+        check_tokenizer_fits(loaded, tokenizer, model)
+    return loaded
 
 
 def autocast_for(precision: str):

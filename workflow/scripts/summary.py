@@ -31,6 +31,8 @@ def run_entry(name: str, run_dir: Path) -> dict:
         "train_samples_per_second": train["train_samples_per_second"],
         "final_loss": train["final_loss"],
         "peak_rss_mb_per_rank": [r["peak_rss_mb"] for r in train["ranks"]],
+        "allreduce_wait_share": train.get("allreduce_wait_share"),
+        "resumed_from_step": train.get("resumed_from_step"),
         "eval": {
             "fp32": read_json(run_dir / "eval_fp32.json"),
             "int8": _optional(run_dir / "eval_int8.json"),
@@ -41,18 +43,30 @@ def run_entry(name: str, run_dir: Path) -> dict:
 
 
 def add_scaling(entries: list[dict]) -> None:
-    """Speedup and scaling efficiency of each run against the first (baseline)."""
+    """Speedup and scaling efficiency of each run against the first (baseline).
+
+    speedup = throughput / baseline throughput (the time ratio when the runs
+    train on the same samples, as with `epochs`; still right when `max_steps`
+    stops them early); ideal_speedup = cores / baseline cores (ranks x
+    threads); scaling_efficiency = speedup / ideal_speedup.
+    """
     base = entries[0]
     for entry in entries:
-        speedup = base["train_seconds"] / entry["train_seconds"]
+        speedup = entry["train_samples_per_second"] / base["train_samples_per_second"]
+        ideal = _cores(entry) / _cores(base)
         entry["speedup"] = round(speedup, 3)
-        entry["scaling_efficiency"] = round(speedup * base["world_size"] / entry["world_size"], 3)
+        entry["ideal_speedup"] = round(ideal, 3)
+        entry["scaling_efficiency"] = round(speedup / ideal, 3)
+
+
+def _cores(entry: dict) -> int:
+    return entry["world_size"] * entry["threads_per_process"]
 
 
 def summarize(experiment: str, results_dir: Path, runs: list[str]) -> dict:
     entries = [run_entry(name, results_dir / name) for name in runs]
     add_scaling(entries)
-    return {"experiment": experiment, "runs": entries}
+    return {"experiment": experiment, "baseline": entries[0]["run"], "runs": entries}
 
 
 def main(argv=None) -> None:

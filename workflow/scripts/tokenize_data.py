@@ -6,17 +6,12 @@ import argparse
 import json
 
 import datasets
-from transformers import AutoTokenizer
-
 from workflow.scripts import qa, tasks
 from workflow.scripts.atomic import atomic_dir
 from workflow.scripts.errors import run_cli
+from workflow.scripts.modeling import load_tokenizer
 
 datasets.disable_progress_bars()
-
-
-def load_tokenizer(model: str, trust_remote_code: bool = False):
-    return AutoTokenizer.from_pretrained(model, trust_remote_code=trust_remote_code)
 
 
 def encode_pairs(task: tasks.Task, tokenizer, max_length: int):

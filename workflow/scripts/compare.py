@@ -1,0 +1,195 @@
+"""Compare experiments: two summaries side by side, and each against the
+published figures of its experiment file, as one Markdown table.
+
+    python -m workflow.scripts.compare A [B] [--results results] [--out FILE]
+
+A and B are each an experiment name (experiments/<name>.yaml, else
+results/<name>/summary.json), an experiment file, a results/<experiment>
+folder or a summary.json. Runs are matched by name (a sweep's runs are named
+after their values: n1, ppn2-gloo, ...). With only A, it is set against its
+published figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from workflow.scripts import config as cfg
+from workflow.scripts.atomic import read_json
+from workflow.scripts.errors import UserError, run_cli
+
+EXPERIMENTS = Path("experiments")
+FIELDS = (
+    ("world_size", "ranks"),
+    ("threads_per_process", "threads per rank"),
+    ("backend", "backend"),
+    ("precision", "precision"),
+    ("steps", "steps"),
+    ("train_seconds", "train seconds"),
+    ("train_samples_per_second", "samples/s"),
+    ("speedup", "speedup"),
+    ("ideal_speedup", "ideal speedup"),
+    ("scaling_efficiency", "scaling efficiency"),
+    ("final_loss", "final loss"),
+)
+
+
+@dataclass
+class Side:
+    """One experiment: its name, summary (None before it ran) and published figures."""
+    name: str
+    summary: dict | None
+    published: dict | None
+    configfile: Path | None = None
+
+    def runs(self) -> list[str]:
+        names = [e["run"] for e in (self.summary or {}).get("runs", [])]
+        return names + [r for r in self.figures() if r not in names]
+
+    def entry(self, run: str | None) -> dict:
+        return next((e for e in (self.summary or {}).get("runs", []) if e["run"] == run), {})
+
+    def figures(self) -> dict:
+        return (self.published or {}).get("figures") or {}
+
+
+def _experiment_file(path: Path, results: Path) -> Side:
+    config = cfg.validate(yaml.safe_load(path.read_text()))
+    name = config["experiment"]
+    summary_path = results / name / "summary.json"
+    summary = read_json(summary_path) if summary_path.is_file() else None
+    return Side(name, summary, config.get("published"), path)
+
+
+def load_side(spec: str, results: Path = Path("results"), experiments: Path = EXPERIMENTS) -> Side:
+    """An experiment from a name, an experiment file, a results folder or a summary.json."""
+    path = Path(spec)
+    if path.suffix in (".yaml", ".yml") and path.is_file():
+        return _experiment_file(path, results)
+    if path.is_dir() and (path / "summary.json").is_file():
+        path = path / "summary.json"
+    if path.name == "summary.json" and path.is_file():
+        summary = read_json(path)
+        configfile = experiments / f"{summary['experiment']}.yaml"
+        published = _experiment_file(configfile, results).published if configfile.is_file() else None
+        return Side(summary["experiment"], summary, published)
+    if (experiments / f"{spec}.yaml").is_file():
+        return _experiment_file(experiments / f"{spec}.yaml", results)
+    if (results / spec / "summary.json").is_file():
+        return load_side(str(results / spec / "summary.json"), results, experiments)
+    raise UserError(f"compare: no experiment '{spec}': give a name with experiments/{spec}.yaml or "
+                    f"{results / spec}/summary.json, an experiment file or a summary.json")
+
+
+def value_at(entry: dict, key: str):
+    """A summary field, or a dotted path such as eval.fp32.f1."""
+    value = entry
+    for part in key.split("."):
+        if not isinstance(value, dict):
+            return None
+        value = value.get(part)
+    return value
+
+
+def field_keys(sides: list[Side]) -> list[tuple[str, str]]:
+    """FIELDS, then every eval metric and published key found, in order."""
+    keys = list(FIELDS)
+    known = {k for k, _ in keys}
+    for side in sides:
+        for run in side.runs():
+            found = [f"eval.{p}.{m}" for p in ("fp32", "int8")
+                     for m in (value_at(side.entry(run), f"eval.{p}") or {})]
+            for key in found + list(side.figures().get(run, {})):
+                if key not in known:
+                    keys.append((key, key.replace(".", " ").replace("_per_second", "/s")))
+                    known.add(key)
+    return keys
+
+
+def cell(value) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def ratio(a, b) -> str:
+    """b / a for two numbers, else empty."""
+    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (a, b))
+    return f"{b / a:.2f}x" if numbers and a else ""
+
+
+def run_pairs(a: Side, b: Side | None) -> list[tuple[str | None, str | None]]:
+    """Which run of A sits beside which run of B: by name, or by position
+    (baseline beside baseline) when the two share no run name."""
+    a_runs, b_runs = a.runs(), (b.runs() if b else [])
+    if not b:
+        return [(r, None) for r in a_runs]
+    if set(a_runs) & set(b_runs):
+        return [(r, r if r in b_runs else None) for r in a_runs] + [(None, r) for r in b_runs if r not in a_runs]
+    return list(itertools.zip_longest(a_runs, b_runs))
+
+
+def compare(a: Side, b: Side | None = None) -> str:
+    """The Markdown table: one row per run and field that any column has."""
+    sides = [a] + ([b] if b else [])
+    if b:
+        header = ["run", "field", a.name, f"{a.name} published", b.name, f"{b.name} published", "B / A"]
+    else:
+        header = ["run", "field", a.name, "published", "measured / published"]
+    lines = [_row(header), _row(["---"] * len(header))]
+    for pair in run_pairs(a, b):
+        label_run = pair[0] if not b or pair[0] == pair[1] else " / ".join(r or "—" for r in pair)
+        for key, label in field_keys(sides):
+            values = []
+            for side, run in zip(sides, pair):
+                values += [value_at(side.entry(run), key), side.figures().get(run, {}).get(key)]
+            if all(v is None for v in values):
+                continue
+            last = ratio(values[0], values[2]) if b else ratio(values[1], values[0])
+            lines.append(_row([label_run, label] + [cell(v) for v in values] + [last]))
+    notes = [_note(side) for side in sides]
+    return "\n".join([f"# {' vs '.join(s.name for s in sides)}", ""] + notes + [""] + lines) + "\n"
+
+
+def _row(cells: list[str]) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
+def _note(side: Side) -> str:
+    if side.summary is None:
+        where = f"; its header says how to run it: {side.configfile}" if side.configfile else ""
+        parts = [f"not run yet (no results/{side.name}/summary.json{where})"]
+    else:
+        parts = [f"baseline run {side.summary.get('baseline') or side.summary['runs'][0]['run']}"]
+    if side.published:
+        parts.append(f"published: {' '.join(str(side.published['source']).split())}")
+    return f"- {side.name}: " + "; ".join(parts)
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("a", help="experiment name, experiment file, results folder or summary.json")
+    parser.add_argument("b", nargs="?", help="the second experiment (optional)")
+    parser.add_argument("--results", default="results", help="results root (default: results)")
+    parser.add_argument("--out", help="also write the table to this file")
+    args = parser.parse_args(argv)
+    results = Path(args.results)
+    a = load_side(args.a, results)
+    b = load_side(args.b, results) if args.b else None
+    if a.summary is None and not a.published and not (b and (b.summary or b.published)):
+        raise UserError(f"compare: {a.name} has neither results nor published figures; run it first")
+    text = compare(a, b)
+    print(text, end="")
+    if args.out:
+        Path(args.out).write_text(text)
+
+
+if __name__ == "__main__":
+    run_cli(main)
