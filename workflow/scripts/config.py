@@ -14,6 +14,9 @@ from pathlib import Path
 import jsonschema
 import yaml
 
+from workflow.scripts.errors import UserError
+from workflow.scripts.hostfile import check_nodes
+
 SCHEMA_PATH = Path(__file__).resolve().parents[1] / "schemas" / "config.schema.yaml"
 SWEEP_SECTIONS = {
     "nodes": "distributed",
@@ -156,9 +159,24 @@ def _short(key: str) -> str:
             "backend": "", "precision": ""}[key]
 
 
+def check_hostfile(config: dict, base: Path = Path(".")) -> None:
+    """Every run's node count must fit the hostfile, whose names must be sane."""
+    dist = config["distributed"]
+    if not dist["hostfile"]:
+        if max(config["sweep"].get("nodes", [dist["nodes"]])) > 1:
+            raise ConfigError("config error: distributed.nodes > 1 needs distributed.hostfile (one node per line)")
+        return
+    try:
+        for nodes in config["sweep"].get("nodes", [dist["nodes"]]):
+            check_nodes(base / dist["hostfile"], nodes)
+    except UserError as err:
+        raise ConfigError(f"config error: {err}") from None
+
+
 def load_config(config: dict, base: Path = Path(".")) -> dict:
     """Everything the Snakefile needs: validated config and its runs."""
     config = validate(config)
     check_data_files(config, base)
+    check_hostfile(config, base)
     config["model"] = resolve_model(config["model"])
     return config

@@ -79,7 +79,7 @@ PRODUCTS = ["new smartphone", "wireless router", "cholesterol drug", "hybrid sed
             "flu vaccine", "tablet computer", "video game console", "electric scooter", "home security camera",
             "diabetes test kit", "cloud storage service", "frozen pizza line", "budget airline route",
             "solar panel", "pickup truck", "streaming service", "hearing aid", "laptop", "sports drink"]
-EVENTS = ["storm", "fire", "tornado", "flood", "gas explosion", "earthquake", "blizzard", "mudslide"]
+EVENTS = ["storm", "fire", "tornado", "flood", "gas explosion", "powerful earthquake", "blizzard", "mudslide"]
 CRIMES = ["fraud", "money laundering", "insider trading", "tax evasion", "bribery", "embezzlement",
           "perjury", "securities fraud", "extortion", "wire fraud"]
 TOPICS = ["trade", "the budget", "energy prices", "border security", "the proposed merger", "climate policy",

@@ -14,7 +14,7 @@ import platform
 import sys
 import time
 
-from workflow.scripts import hardware, launch
+from workflow.scripts import hardware, intel, launch
 from workflow.scripts.atomic import write_json
 from workflow.scripts.errors import UserError, run_cli
 
@@ -35,18 +35,19 @@ def versions() -> dict:
 
 def choose_backend(requested: str) -> tuple[str, str]:
     """(backend, why): ccl only where its bindings import."""
+    if requested == "gloo":
+        return "gloo", "requested"  # ccl is never imported, whatever its state
     try:
         importlib.import_module(CCL_MODULE)
         ccl_error = None
     except Exception as err:  # an ABI mismatch raises more than ImportError
         ccl_error = f"{type(err).__name__}: {err}".splitlines()[0]
-    if requested == "gloo":
-        return "gloo", "requested"
     if requested == "ccl":
         if ccl_error:
             raise UserError(
                 f"backend ccl requested but {CCL_MODULE} does not import ({ccl_error}); "
-                "install oneccl_bind_pt matching your torch (see README, Intel stack) or set distributed.backend: gloo"
+                f"{intel.ccl_install_hint(intel.installed_versions()['torch'])} (README, Intel stack), "
+                "or set distributed.backend: gloo"
             )
         return "ccl", "requested"
     if ccl_error:
@@ -101,11 +102,16 @@ def threads_per_process(requested, processes_per_node: int, cpu: dict) -> int:
 def describe(config: dict) -> dict:
     dist, train = config["distributed"], config["train"]
     cpu = hardware.cpu_summary()
+    found = versions()
+    ipex_requested = train.get("ipex", "auto")
+    # Pairing first: a mismatched IPEX ends the process when imported.
+    intel.check_pairing(found, ipex=ipex_requested is not False, ccl=dist["backend"] != "gloo")
     backend, backend_why = choose_backend(dist["backend"])
+    ipex, ipex_why = intel.ipex_status(ipex_requested)
     precision, precision_why, speed = choose_precision(train["precision"], cpu["isa_flags"])
     mpi = launch.detect_mpi(dist["mpi"])
     return {
-        "versions": versions(),
+        "versions": found,
         "mpi": mpi,
         "host": platform.node(),
         **cpu,
@@ -115,6 +121,8 @@ def describe(config: dict) -> dict:
         "backend_reason": backend_why,
         "precision": precision,
         "precision_reason": precision_why,
+        "ipex": ipex,
+        "ipex_reason": ipex_why,
         "nodes": dist["nodes"],
         "processes_per_node": dist["processes_per_node"],
         "world_size": dist["nodes"] * dist["processes_per_node"],
@@ -130,7 +138,8 @@ def main(argv=None) -> None:
     config = json.loads(open(args.config).read())
     info = describe(config)
     print(f"backend {info['backend']} ({info['backend_reason']}); precision {info['precision']} "
-          f"({info['precision_reason']}); {info['threads_per_process']} threads per process", file=sys.stderr)
+          f"({info['precision_reason']}); ipex {'on' if info['ipex'] else 'off'} ({info['ipex_reason']}); "
+          f"{info['threads_per_process']} threads per process", file=sys.stderr)
     write_json(args.out, info)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import numpy as np
 import torch
 import transformers
 
-from workflow.scripts import hardware, metrics, qa, tasks
+from workflow.scripts import hardware, intel, metrics, qa, tasks
 from workflow.scripts.atomic import write_json
 from workflow.scripts.batching import PAD_KEYS, pad_collate
 from workflow.scripts.errors import run_cli
@@ -80,7 +81,8 @@ def qa_metrics(task, model, features, examples, batch_size, pad_id, autocast, se
     return result, len(examples), seconds, predictions
 
 
-def evaluate(config: dict, model_dir: str, tokenized_dir: str, raw_dir: str, precision: str):
+def evaluate(config: dict, model_dir: str, tokenized_dir: str, raw_dir: str, precision: str,
+             ipex: bool = False):
     """Metrics of every validation split, plus samples per second overall."""
     task = tasks.get_task(config["task"])
     settings = config["evaluation"]
@@ -89,6 +91,10 @@ def evaluate(config: dict, model_dir: str, tokenized_dir: str, raw_dir: str, pre
 
     pad_id = AutoTokenizer.from_pretrained(model_dir).pad_token_id
     model = load_for_eval(model_dir, task)
+    if ipex:
+        model = intel.optimize_inference(model, intel.torch_dtype(precision))
+        print(f"IPEX optimized the model for inference ({precision}): "
+              f"{intel.ipex_modules(model)} modules replaced", file=sys.stderr)
     autocast = autocast_for(precision)
     tokenized = datasets.load_from_disk(tokenized_dir)
     result, samples, seconds, predictions = {}, 0, 0.0, None
@@ -118,7 +124,8 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     config = json.loads(Path(args.config).read_text())
     info = json.loads(Path(args.environment).read_text())
-    result, predictions = evaluate(config, args.model, args.data, args.raw, info["precision"])
+    result, predictions = evaluate(config, args.model, args.data, args.raw, info["precision"],
+                                   info.get("ipex", False))
     if predictions is not None:
         out = Path(args.out)
         write_json(out.with_name(f"{out.stem}_predictions.json"), predictions)

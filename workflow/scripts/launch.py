@@ -19,7 +19,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from workflow.scripts import intel
 from workflow.scripts.errors import UserError, run_cli
+from workflow.scripts.hostfile import check_nodes, read_hostfile  # noqa: F401  (re-exported)
 
 FLAVOURS = ("intel", "mpich", "openmpi")
 
@@ -59,21 +61,6 @@ def detect_mpi(requested: str = "auto") -> dict:
             "put the right mpirun first on PATH or set distributed.mpi: auto"
         )
     return found
-
-
-def read_hostfile(path) -> list[str]:
-    """Host names of a hostfile (one per line; '#' comments; ':slots' ignored)."""
-    path = Path(path)
-    if not path.is_file():
-        raise UserError(f"hostfile not found: {path}; set distributed.hostfile to a file with one node per line")
-    hosts = []
-    for line in path.read_text().splitlines():
-        entry = line.split("#")[0].split()
-        if entry:
-            hosts.append(entry[0].split(":")[0])
-    if not hosts:
-        raise UserError(f"hostfile {path} lists no nodes")
-    return hosts
 
 
 def free_port() -> int:
@@ -130,6 +117,7 @@ def rank_env(info: dict, extra: dict, addr: str, port: int) -> dict:
         env["I_MPI_PIN_DOMAIN"] = "omp"
     if info["backend"] == "ccl":
         env["CCL_WORKER_COUNT"] = "1"
+        env.update(intel.ccl_environment())  # what oneCCL's setvars.sh would export
     env.update({k: str(v) for k, v in extra.items()})
     return env
 
@@ -137,25 +125,34 @@ def rank_env(info: dict, extra: dict, addr: str, port: int) -> dict:
 def build(config: dict, info: dict, program: list[str]) -> list[str]:
     dist = config["distributed"]
     hostfile = dist.get("hostfile")
-    hosts = read_hostfile(hostfile) if hostfile else None
+    hosts = check_nodes(hostfile, dist["nodes"]) if hostfile else None
     env = rank_env(info, dist.get("env", {}), master_addr(hosts), free_port())
     world = dist["nodes"] * dist["processes_per_node"]
     mpi = info["mpi"]
     return mpirun_argv(mpi["flavour"], mpi["mpirun"], world, dist["processes_per_node"], env, program, hostfile)
 
 
-def rank_failures(log_dir, world: int) -> list[str]:
-    """What each failed rank left: its error, or no exit status at all."""
-    failures = []
+def rank_host(log_dir, rank: int) -> str:
+    """The host a rank ran on, from its log's line prefix."""
+    path = Path(log_dir) / f"rank{rank}.log"
+    match = re.search(r"\[rank \d+ (\S+)\]", path.read_text()) if path.is_file() else None
+    return match.group(1) if match else "unknown host"
+
+
+def rank_failures(log_dir, world: int) -> list[tuple[int, str]]:
+    """(rank, what happened) for failed ranks, root causes first: a rank that
+    died leaves no exit status, and its peers then fail on the broken link."""
+    died, failed = [], []
     for rank in range(world):
         path = Path(log_dir) / f"rank{rank}.exit"
         if not path.is_file():
-            failures.append(f"rank {rank} died without an exit status (killed, out of memory or node lost)")
+            died.append((rank, f"rank {rank} on {rank_host(log_dir, rank)} died without an exit status "
+                               "(killed, out of memory or node lost)"))
             continue
         status = json.loads(path.read_text())
         if status["status"] != "ok":
-            failures.append(f"rank {rank} on {status['host']} failed: {status['error']}")
-    return failures
+            failed.append((rank, f"rank {rank} on {status['host']} failed: {status['error']}"))
+    return died + failed
 
 
 def log_tail(log_dir, rank: int, lines: int = 20) -> str:
@@ -169,10 +166,10 @@ def report_failure(code: int, log_dir, world: int) -> UserError:
     failures = rank_failures(log_dir, world) if log_dir else []
     if not failures:
         return UserError(f"mpirun failed (exit code {code}) before the ranks started; see the lines above")
-    first = int(failures[0].split()[1])
-    print(f"--- last lines of {Path(log_dir) / f'rank{first}.log'} ---\n{log_tail(log_dir, first)}",
-          file=sys.stderr)
-    return UserError(f"{failures[0]}; log: {Path(log_dir) / f'rank{first}.log'}")
+    rank, message = failures[0]
+    log = Path(log_dir) / f"rank{rank}.log"
+    print(f"--- last lines of {log} ---\n{log_tail(log_dir, rank)}", file=sys.stderr)
+    return UserError(f"{message}; log: {log}")
 
 
 def main(argv=None) -> None:

@@ -47,11 +47,16 @@ def html_table(table_id: str, header: list[str], rows: list[list[str]], caption:
     """An inline-styled HTML table; cells are escaped here."""
     head = "".join(f'<th style="{HEAD}">{html.escape(h)}</th>' for h in header)
     body = "".join(
-        "<tr>" + "".join(f'<td style="{CELL}">{html.escape(str(c))}</td>' for c in row) + "</tr>"
+        "<tr>" + "".join(f'<td style="{_cell_style(str(c))}">{html.escape(str(c))}</td>' for c in row) + "</tr>"
         for row in rows)
     cap = f'<caption style="text-align:left;font-weight:600">{html.escape(caption)}</caption>' if caption else ""
     return (f'<div style="overflow-x:auto"><table id="{table_id}" style="{TABLE}">{cap}'
             f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>\n")
+
+
+def _cell_style(text: str) -> str:
+    """Numbers stay on one line, right-aligned; long text wraps."""
+    return CELL if len(text) <= 40 else CELL + ";white-space:normal;text-align:left;min-width:24em"
 
 
 def metric_names(entries: list[dict], precision: str) -> list[str]:

@@ -16,6 +16,7 @@ import json
 import math
 import os
 import resource
+import shutil
 import socket
 import time
 from dataclasses import dataclass, field
@@ -28,7 +29,7 @@ import transformers
 from torch.nn.parallel import DistributedDataParallel as DDP
 from transformers import get_linear_schedule_with_warmup
 
-from workflow.scripts import checkpoint, dist_env, logs, tasks
+from workflow.scripts import checkpoint, dist_env, intel, logs, tasks
 from workflow.scripts.atomic import atomic_dir, write_json
 from workflow.scripts.batching import DistributedLengthGroupedSampler, pad_collate
 from workflow.scripts.comm import CommTimer
@@ -89,7 +90,7 @@ def make_loader(split, batch_size: int, env: dist_env.DistEnv, seed: int, pad_id
     return loader, sampler
 
 
-def make_optimizer(model, train: dict, total_steps: int):
+def make_optimizer(model, train: dict, total_steps: int, info: dict | None = None):
     no_decay = ("bias", "LayerNorm.weight", "layer_norm.weight")
     groups = [
         {"params": [p for n, p in model.named_parameters() if not n.endswith(no_decay)],
@@ -98,6 +99,8 @@ def make_optimizer(model, train: dict, total_steps: int):
          "weight_decay": 0.0},
     ]
     optimizer = torch.optim.AdamW(groups, lr=train["learning_rate"], foreach=True)
+    if info and info.get("ipex"):  # before the scheduler, which wraps optimizer.step
+        intel.optimize_training(model, optimizer, intel.torch_dtype(info["precision"]))
     warmup = int(train["warmup_ratio"] * total_steps)
     return optimizer, get_linear_schedule_with_warmup(optimizer, warmup, total_steps)
 
@@ -207,7 +210,7 @@ def run_epochs(t: Trainer, progress: Progress, cfg: dict, env, ckpt_root: Path, 
                 log_progress(progress, loss, t, global_batch, start, log)
             if progress.step >= t.total_steps:
                 break
-            if every and progress.step % every == 0:
+            if every and progress.step % every == 0 and progress.batch_in_epoch < len(t.sampler):
                 save_checkpoint(t, progress, cfg, env, ckpt_root, fp, log)
         else:
             progress.epoch, progress.batch_in_epoch = progress.epoch + 1, 0
@@ -253,7 +256,10 @@ def build(cfg: dict, info: dict, data_dir: str, env, log) -> tuple[Trainer, obje
     total_steps = math.ceil(train_cfg["epochs"] * len(sampler))
     if train_cfg["max_steps"]:
         total_steps = min(total_steps, train_cfg["max_steps"])
-    optimizer, scheduler = make_optimizer(model, train_cfg, total_steps)
+    optimizer, scheduler = make_optimizer(model, train_cfg, total_steps, info)
+    if info.get("ipex"):
+        log.info(f"IPEX optimized the model for training ({info['precision']}): "
+                 f"{intel.ipex_modules(model)} modules replaced")
     comm = CommTimer()
     ddp_model = DDP(model, gradient_as_bucket_view=True)
     ddp_model.register_comm_hook(comm, CommTimer.hook)
@@ -270,6 +276,7 @@ def metrics_record(cfg, info, env, progress: Progress, t: Trainer, ranks: list) 
         "world_size": env.world_size,
         "backend": info["backend"],
         "precision": info["precision"],
+        "ipex": bool(info.get("ipex")),
         "threads_per_process": int(info["threads_per_process"]),
         "epochs": cfg["train"]["epochs"],
         "steps": progress.step,
@@ -293,6 +300,7 @@ def train(cfg: dict, info: dict, data_dir: str, out_dir: Path, log_dir: str) -> 
     torch.set_num_threads(threads)
     log.info(f"rank {env.rank}/{env.world_size} via {env.launcher}; backend {info['backend']}; "
              f"precision {info['precision']}; {threads} threads (OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')})")
+    log.info(intel.prepare_rank(info))  # every node checks its own versions
     init_distributed(info["backend"], env, cfg["distributed"]["timeout_minutes"])
     try:
         t, tokenizer = build(cfg, info, data_dir, env, log)
@@ -306,6 +314,7 @@ def train(cfg: dict, info: dict, data_dir: str, out_dir: Path, log_dir: str) -> 
             record = metrics_record(cfg, info, env, progress, t, ranks)
             save_model(t.model, tokenizer, out_dir / "model")
             write_json(out_dir / "train_metrics.json", record)
+            shutil.rmtree(ckpt_root, ignore_errors=True)  # only a failed run needs them
             log.info(f"done: {progress.step} steps in {progress.seconds:.1f}s, "
                      f"{record['train_samples_per_second']:.1f} samples/s, final loss {record['final_loss']:.4f}, "
                      f"all-reduce wait {100 * record['allreduce_wait_share']:.1f}% of step time")

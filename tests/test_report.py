@@ -1,0 +1,174 @@
+"""The report: tables and charts (plots.py), and `snakemake --report` opened
+in a real headless browser (Chromium), screenshot included."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import snakemake
+from test_sweep import EXPERIMENT, RUNS, sweep_run  # noqa: F401  (shared sweep fixture)
+from workflow.scripts import plots
+from workflow.scripts.atomic import write_json
+
+PNG = b"\x89PNG\r\n\x1a\n"
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                  "--hide-scrollbars", "--virtual-time-budget=15000"]
+
+
+def entry(run, world, seconds, sps, speedup, ideal, fp32, int8=None):
+    return {"run": run, "nodes": 1, "processes_per_node": world, "world_size": world, "threads_per_process": 1,
+            "backend": "gloo", "precision": "fp32", "mpi": "intel 2021.17", "epochs": 1, "steps": 10,
+            "train_seconds": seconds, "train_samples_per_second": sps, "final_loss": 0.4,
+            "speedup": speedup, "ideal_speedup": ideal, "scaling_efficiency": round(speedup / ideal, 3),
+            "eval": {"fp32": fp32, "int8": int8}}
+
+
+FP32 = {"f1": 0.9, "accuracy": 0.85, "samples": 400, "samples_per_second": 50.0}
+INT8 = {"f1": 0.88, "accuracy": 0.84, "samples": 400, "samples_per_second": 125.0}
+SUMMARY = {"experiment": "fake", "baseline": "ppn1", "runs": [
+    entry("ppn1", 1, 100.0, 16.0, 1.0, 1.0, FP32, INT8),
+    entry("ppn2", 2, 62.5, 25.6, 1.6, 2.0, FP32),
+]}
+
+
+def cells(html_text: str, table_id: str) -> list[list[str]]:
+    table = re.search(rf'<table id="{table_id}".*?</table>', html_text, re.S).group(0)
+    return [re.findall(r"<t[dh][^>]*>(.*?)</t[dh]>", row) for row in re.findall(r"<tr>(.*?)</tr>", table, re.S)]
+
+
+# ------------------------------------------------------------------ tables
+
+def test_summary_table_has_every_run_and_its_scaling():
+    rows = cells(plots.summary_table(SUMMARY), "cpuddp-summary")
+    header, first, second = rows
+    assert header[:4] == ["run", "nodes", "ranks/node", "world"]
+    assert {"speedup", "ideal", "efficiency", "fp32 f1", "int8 f1"} <= set(header)
+    assert first[0] == "ppn1" and second[0] == "ppn2"
+    assert second[header.index("speedup")] == "1.6" and second[header.index("efficiency")] == "80%"
+    assert second[header.index("train time")] == "0:01:02"
+    assert second[header.index("int8 f1")] == "—"
+
+
+def test_quantization_table_compares_fp32_and_int8():
+    header, quantized, plain = cells(plots.quantization_table(SUMMARY["runs"]), "cpuddp-quantization")
+    assert quantized[header.index("f1 fp32")] == "0.9" and quantized[header.index("f1 int8")] == "0.88"
+    assert quantized[header.index("f1 Δ")] == "-0.02"
+    assert quantized[header.index("int8 speedup")] == "2.50x"
+    assert plain[0] == "ppn2" and plain[-1] == "quantization off"
+
+
+def test_environment_table_has_a_column_per_run():
+    env = {"host": "node1", "cpu_model": "Xeon", "sockets": 2, "physical_cores": 64, "logical_cpus": 128,
+           "native_bf16_flags": False, "isa_flags": ["avx512f"], "mpi": {"flavour": "intel", "version": "2021.17"},
+           "backend": "gloo", "backend_reason": "auto", "precision": "fp32", "precision_reason": "requested",
+           "nodes": 1, "processes_per_node": 2, "threads_per_process": 32, "versions": {"torch": "2.13.0"}}
+    rows = cells(plots.environment_table({"a": env, "b": {**env, "host": "node2"}}), "cpuddp-environment")
+    assert rows[0][1:] == ["a", "b"]
+    by_label = {row[0]: row[1:] for row in rows[1:]}
+    assert by_label["host"] == ["node1", "node2"]
+    assert by_label["sockets x physical cores"][0] == "2 x 64 (128 logical)"
+    assert by_label["torch"] == ["2.13.0", "2.13.0"]
+
+
+def test_table_cells_are_escaped():
+    summary = {**SUMMARY, "runs": [entry("<b>x</b>", 1, 1.0, 1.0, 1.0, 1.0, FP32)]}
+    assert "<b>x</b>" not in plots.summary_table(summary)
+
+
+# ------------------------------------------------------------------ charts
+
+def test_loss_points_in_samples_and_plain_lists():
+    assert plots.loss_points({"loss_history": [[2, 0.7], [4, 0.5]], "steps": 4, "train_samples": 64}) == \
+        ([32.0, 64.0], [0.7, 0.5], "training samples")
+    assert plots.loss_points({"loss_history": [0.7, 0.25]})[:2] == ([1, 2], [0.7, 0.25])
+
+
+def test_charts_are_pngs(tmp_path):
+    from PIL import Image
+
+    plots.plot_scaling(SUMMARY["runs"], {"source": "x", "figures": {"ppn2": {"speedup": 1.8}}},
+                       tmp_path / "scaling.png")
+    plots.plot_loss("ppn1", {"loss_history": [[1, 0.7], [2, 0.6]], "steps": 2, "train_samples": 32},
+                    tmp_path / "loss" / "ppn1.png")
+    for path in (tmp_path / "scaling.png", tmp_path / "loss" / "ppn1.png"):
+        assert path.read_bytes().startswith(PNG)
+        width, height = Image.open(path).size
+        assert width > 300 and height > 200
+
+
+def test_write_report_from_run_folders(tmp_path):
+    results = tmp_path / "results" / "fake"
+    for e in SUMMARY["runs"]:
+        write_json(results / e["run"] / "train_metrics.json",
+                   {"loss_history": [[5, 0.6], [10, 0.4]], "steps": 10, "train_samples": 160})
+        write_json(results / e["run"] / "environment.json", {"host": "h", "versions": {}})
+    written = plots.write_report(SUMMARY, {"published": None}, results, results / "report")
+    names = {p.relative_to(results / "report").as_posix() for p in written}
+    assert names == {"summary.html", "quantization.html", "environment.html", "scaling.png", "loss.png",
+                     "loss/ppn1.png", "loss/ppn2.png", "overview.html"}
+    overview = (results / "report" / "overview.html").read_text()
+    assert 'id="cpuddp-summary"' in overview and overview.count("data:image/png;base64,") == 2
+
+
+# ---------------------------------------------------- the workflow's report
+
+def test_workflow_writes_the_report_files(sweep_run):
+    report = sweep_run[0] / f"results/{EXPERIMENT}/report"
+    for name in ["summary.html", "scaling.png", "loss.png", "quantization.html", "environment.html",
+                 "overview.html"] + [f"loss/{run}.png" for run in RUNS]:
+        assert (report / name).is_file(), name
+    assert all(run in (report / "environment.html").read_text() for run in RUNS)
+
+
+@pytest.fixture(scope="module")
+def html_report(sweep_run):
+    work, configfile = sweep_run
+    out = work / "report.html"
+    done = snakemake(work, configfile, "--report", str(out))
+    assert "Report created" in done.stdout + done.stderr
+    return out
+
+
+def chromium() -> str | None:
+    return next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome") if shutil.which(n)),
+                None)
+
+
+def browse(url: str, *flags: str) -> subprocess.CompletedProcess:
+    with tempfile.TemporaryDirectory(prefix="chromium-") as profile:
+        return subprocess.run([chromium(), *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *flags, url],
+                              capture_output=True, text=True, timeout=180)
+
+
+def test_report_opens_in_a_browser_with_table_and_charts(html_report, tmp_path):
+    if chromium() is None:
+        pytest.skip("chromium is not installed (apt-get install -y chromium): the report is not opened in a browser")
+    from PIL import Image
+
+    dom = browse(html_report.as_uri(), "--dump-dom").stdout
+    # What the report's JavaScript rendered: the landing page and the menu.
+    assert re.search(r'<table id="cpuddp-summary"', dom), dom[:2000]
+    summary = cells(dom, "cpuddp-summary")
+    assert [row[0] for row in summary[1:]] == RUNS
+    for alt in ("scaling chart", "loss chart"):
+        assert re.search(rf'<img id="cpuddp-\w+" alt="{alt}" src="data:image/png;base64,', dom), alt
+    for category in ("Summary", "Scaling", "Training", "Quantization", "Environment"):
+        assert f">{category}<" in dom, category
+
+    shot = tmp_path / "report.png"
+    browse(html_report.as_uri(), "--window-size=1400,1500", f"--screenshot={shot}")
+    image = Image.open(shot).convert("RGB")
+    assert image.size == (1400, 1500)
+    # Not a blank page: text, table borders and the charts' colours.
+    assert len(image.getcolors(maxcolors=1 << 20)) > 200
+    r, g, b = np.asarray(image).astype(int).transpose(2, 0, 1)
+    blue = int(((b > 200) & (r < 100) & (g > 100) & (g < 160)).sum())
+    assert blue > 2000  # the bars of the scaling chart (#3b82f6)

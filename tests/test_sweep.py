@@ -1,0 +1,113 @@
+"""A sweep through the real workflow: one run per value, each with its own
+folder and summary entry, scaling against the baseline; progress and failure
+logs of the training rule.
+
+The sweep run (1 then 2 ranks of the tiny model) is shared with
+test_report.py and test_compare.py through `sweep_run`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import snakemake, write_config
+from test_workflow import tiny_experiment
+
+EXPERIMENT = "tiny-sweep"
+RUNS = ["ppn1", "ppn2"]
+_CACHE: dict = {}
+
+
+def sweep_experiment(tmp: Path, model: Path, **changes) -> Path:
+    """The tiny experiment swept over 1 and 2 ranks of one thread, 3 steps each."""
+    config = yaml.safe_load(tiny_experiment(tmp, model, epochs=1, max_steps=3, log_every=1).read_text())
+    config["experiment"] = EXPERIMENT
+    config["sweep"] = {"processes_per_node": [1, 2]}
+    config["published"] = {"source": "made-up figures for the tests",
+                           "figures": {"ppn2": {"speedup": 1.8, "train_seconds": 1.5}}}
+    config.update(changes)
+    return write_config(tmp / "sweep.yaml", config)
+
+
+def sweep_workdir(tmp_path_factory, model: Path) -> tuple[Path, Path]:
+    """Run the sweep once per test session; (work folder, experiment file)."""
+    if "run" not in _CACHE:
+        work = tmp_path_factory.mktemp("sweep")
+        configfile = sweep_experiment(work, model)
+        snakemake(work, configfile)
+        _CACHE["run"] = work, configfile
+    return _CACHE["run"]
+
+
+@pytest.fixture(scope="module")
+def sweep_run(tmp_path_factory, tiny_model_dir):
+    return sweep_workdir(tmp_path_factory, tiny_model_dir)
+
+
+def summary_of(work: Path) -> dict:
+    return json.loads((work / f"results/{EXPERIMENT}/summary.json").read_text())
+
+
+def test_each_sweep_value_is_a_run_with_its_own_folder(sweep_run):
+    work, _ = sweep_run
+    for run in RUNS:
+        folder = work / f"results/{EXPERIMENT}/{run}"
+        for name in ("train_metrics.json", "eval_fp32.json", "environment.json", "model/config.json"):
+            assert (folder / name).is_file(), f"{run}: {name}"
+    assert (work / f"logs/train_ddp/{EXPERIMENT}/ppn1/rank0.log").is_file()
+    assert not (work / f"logs/train_ddp/{EXPERIMENT}/ppn1/rank1.log").exists()
+    assert (work / f"logs/train_ddp/{EXPERIMENT}/ppn2/rank1.log").is_file()
+
+
+def test_summary_has_one_entry_per_run_baseline_first(sweep_run):
+    summary = summary_of(sweep_run[0])
+    assert summary["baseline"] == "ppn1"
+    assert [r["run"] for r in summary["runs"]] == RUNS
+    assert [r["world_size"] for r in summary["runs"]] == [1, 2]
+    assert [r["processes_per_node"] for r in summary["runs"]] == [1, 2]
+    assert all(r["threads_per_process"] == 1 and r["steps"] == 3 for r in summary["runs"])
+
+
+def test_speedup_and_efficiency_against_the_baseline(sweep_run):
+    base, two = summary_of(sweep_run[0])["runs"]
+    assert (base["speedup"], base["ideal_speedup"], base["scaling_efficiency"]) == (1.0, 1.0, 1.0)
+    expected = two["train_samples_per_second"] / base["train_samples_per_second"]
+    assert two["speedup"] == pytest.approx(expected, abs=1e-3)
+    assert two["ideal_speedup"] == 2.0  # 2 ranks x 1 thread against 1 x 1
+    assert two["scaling_efficiency"] == pytest.approx(two["speedup"] / 2, abs=1e-3)
+
+
+def test_rank0_progress_has_samples_per_second_and_eta(sweep_run):
+    log = (sweep_run[0] / f"logs/train_ddp/{EXPERIMENT}/ppn2.log").read_text()
+    progress = [line for line in log.splitlines() if "samples/s" in line and "ETA" in line]
+    assert progress and re.search(r"step 3/3 .*[\d.]+ samples/s \| ETA \d+:\d\d:\d\d", progress[-1]), log
+
+
+def test_a_new_sweep_value_trains_only_the_new_run(sweep_run, tmp_path):
+    work, configfile = sweep_run
+    config = yaml.safe_load(configfile.read_text())
+    config["sweep"]["processes_per_node"] = [1, 2, 3]
+    done = snakemake(work, write_config(tmp_path / "three.yaml", config), "--dry-run")
+    planned = re.findall(r"rule train_ddp:\n(?:\s+\w+:.*\n)*?\s+output: (\S+)", done.stdout)
+    assert [Path(p.rstrip(",")).parent.name for p in planned] == ["ppn3"], done.stdout
+
+
+def test_failed_training_shows_the_failing_rank_log(tmp_path, tiny_model_dir):
+    """A rank that cannot load its model: Snakemake's output names the rank's log and shows its tail."""
+    broken = tmp_path / "broken-model"
+    shutil.copytree(tiny_model_dir, broken)
+    (broken / "model.safetensors").write_bytes(b"not a safetensors file")
+    configfile = tiny_experiment(tmp_path, broken, max_steps=2)
+    done = snakemake(tmp_path, configfile, check=False)
+    output = done.stdout + done.stderr
+    assert done.returncode != 0
+    assert "Error in rule train_ddp" in output, output[-3000:]
+    assert re.search(r"rank[01]\.log", output), output[-3000:]
+    assert re.search(r"rank [01]/2 via", output), output[-3000:]  # a line of the rank's own log
+    assert not (tmp_path / "results/tiny/default/train_metrics.json").exists()
