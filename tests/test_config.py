@@ -115,7 +115,7 @@ def test_bad_enum():
 def test_threads_per_process(value):
     message = error_of(config(distributed={"threads_per_process": value}))
     assert message.startswith("config error: distributed.threads_per_process:")
-    assert "positive integer or 'auto'" in message
+    assert "positive integer, 'auto' or 'tuned'" in message
 
 
 def test_bad_sweep_value_names_the_sweep_key():

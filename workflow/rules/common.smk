@@ -18,6 +18,7 @@ except cfg.ConfigError as err:
 EXP = CONFIG["experiment"]
 RESULTS = f"results/{EXP}"
 RUNS = cfg.runs(CONFIG)
+FIRST_RUN = next(iter(RUNS))  # the baseline of a sweep
 RUN_STAGES = ("environment", "train", "evaluate")
 SHARED_STAGES = ("data", "tokenize")
 
@@ -67,3 +68,10 @@ def run_dirs():
 
 def local_data_files(wildcards):
     return list(cfg.data_files(CONFIG).values())
+
+
+def tuned_layout(wildcards):
+    """The tuning result, for runs that use `threads_per_process: tuned`."""
+    if RUNS[wildcards.run]["distributed"]["threads_per_process"] == "tuned":
+        return f"{RESULTS}/tune/layout.json"
+    return []

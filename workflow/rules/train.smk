@@ -27,3 +27,28 @@ rule train_ddp:
         " --log-dir {params.rank_logs} --"
         " python -m workflow.scripts.train --config {input.cfg} --environment {input.env}"
         " --data {input.data} --out {params.run_dir} --log-dir {params.rank_logs} > {log} 2>&1"
+
+
+# Ranks versus threads on one node: `snakemake ... tune` times short bursts
+# of every split of the cores and writes the best layout, which an
+# experiment then uses with `distributed.threads_per_process: tuned`.
+rule tune_layout:
+    input:
+        cfg=f"{RESULTS}/{FIRST_RUN}/config/train.json",
+        data="results/{experiment}/data/tokenized",
+    output:
+        "results/{experiment}/tune/layout.json",
+    log:
+        "logs/tune_layout/{experiment}.log",
+    threads: workflow.cores
+    resources:
+        mpi=1,
+    conda:
+        "../../envs/cpuddp.yaml"
+    shell:
+        "python -m workflow.scripts.tune --config {input.cfg} --data {input.data} --out {output} 2> {log}"
+
+
+rule tune:
+    input:
+        f"{RESULTS}/tune/layout.json",

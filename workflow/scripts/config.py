@@ -56,7 +56,7 @@ def _describe(error: jsonschema.ValidationError) -> str:
         allowed = " ".join(str(v) for v in schema["enum"])
         return f"{key}: {error.instance!r} is not allowed; choose one of: {allowed}"
     if error.validator == "oneOf":
-        return f"{key}: {error.instance!r} is not allowed; use a positive integer or 'auto'"
+        return f"{key}: {error.instance!r} is not allowed; use a positive integer, 'auto' or 'tuned'"
     return f"{key}: {error.message}"
 
 
