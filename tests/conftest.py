@@ -43,10 +43,11 @@ def snakemake(workdir: Path, configfile: Path | None = None, *extra: str, check:
     """Run the real workflow in `workdir` with the local profile."""
     argv = [str(BIN / "snakemake"), "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir),
             "--profile", str(REPO / "profiles" / "local"), "--cores", "2"]
-    if configfile:
+    argv += list(extra)
+    if configfile:  # last: --configfile takes every following word as a file
         argv += ["--configfile", str(configfile)]
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "HF_HUB_OFFLINE": "1"}
-    done = subprocess.run(argv + list(extra), capture_output=True, text=True, env=env, timeout=timeout)
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout)
     if check and done.returncode != 0:
         raise AssertionError(f"snakemake failed ({done.returncode}):\n{done.stdout[-4000:]}\n{done.stderr[-6000:]}")
     return done

@@ -1,0 +1,36 @@
+"""Ranks versus threads tuning: layouts and a real tuning run of the tiny model."""
+
+from __future__ import annotations
+
+import json
+
+from conftest import snakemake
+from test_workflow import tiny_experiment
+from workflow.scripts import tune
+
+
+def test_layouts_split_the_cores():
+    assert tune.layouts(1) == [(1, 1)]
+    assert tune.layouts(4) == [(1, 4), (2, 2), (4, 1)]
+    assert tune.layouts(6) == [(1, 6), (2, 3), (3, 2), (6, 1)]
+
+
+def test_burst_config_overrides_layout_and_steps():
+    config = {"distributed": {"nodes": 2, "hostfile": "h", "processes_per_node": 4, "threads_per_process": "auto"},
+              "train": {"max_steps": None, "checkpoint_every": 100, "log_every": 10}}
+    burst = tune.burst_config(config, 2, 3, 8)
+    assert burst["distributed"] == {"nodes": 1, "hostfile": None, "processes_per_node": 2, "threads_per_process": 3}
+    assert burst["train"]["max_steps"] == 8 and burst["train"]["checkpoint_every"] == 0
+    assert config["distributed"]["processes_per_node"] == 4  # the original is untouched
+
+
+def test_tune_target_measures_every_layout(tmp_path, tiny_model_dir):
+    configfile = tiny_experiment(tmp_path, tiny_model_dir)
+    snakemake(tmp_path, configfile, "tune")
+    result = json.loads((tmp_path / "results/tiny/tune/layout.json").read_text())
+    layouts = [(r["processes_per_node"], r["threads_per_process"]) for r in result["table"]]
+    assert layouts == tune.layouts(result["cores"])
+    assert all(r["train_samples_per_second"] > 0 for r in result["table"])
+    best = max(result["table"], key=lambda r: r["train_samples_per_second"])
+    assert result["best"] == {"processes_per_node": best["processes_per_node"],
+                              "threads_per_process": best["threads_per_process"]}
