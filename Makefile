@@ -7,6 +7,9 @@ STAMP := $(VENV)/.installed
 
 .PHONY: venv demo test bench clean report compare
 
+include mk/cluster.mk
+include mk/intel.mk
+
 venv: $(STAMP)
 
 # torch first, pinned, so nothing can pull the CUDA build in its place.
@@ -19,7 +22,10 @@ $(STAMP): requirements.lock requirements.txt
 
 demo: venv
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/snakemake --profile profiles/local --configfile experiments/demo.yaml
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/snakemake --profile profiles/local --configfile experiments/demo.yaml \
+		--report results/demo/report.html
 	@echo "Summary: results/demo/summary.json"
+	@echo "Report:  results/demo/report.html"
 
 # The HTML report of an experiment that has run: make report EXP=demo-sweep
 EXP ?= demo
@@ -36,6 +42,7 @@ compare: venv
 
 test: venv
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -q tests
+	$(MAKE) --no-print-directory test-intel-optional
 
 clean:
 	rm -rf results logs .snakemake

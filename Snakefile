@@ -4,9 +4,18 @@ import os
 
 from snakemake.utils import min_version
 
+from workflow.scripts.hostfile import cluster_file
+
 min_version("9.0")
 
 configfile: os.path.join(workflow.basedir, "config.yaml")
+
+
+# A profile's cluster file (profiles/xeon, profiles/slurm) comes after
+# config.yaml but before experiment files and --config, which override it.
+if config.get("cluster"):
+
+    configfile: cluster_file(config["cluster"], workflow.basedir)
 
 
 include: "workflow/rules/common.smk"
@@ -14,10 +23,15 @@ include: "workflow/rules/env.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/evaluate.smk"
+include: "workflow/rules/quantize.smk"
 include: "workflow/rules/report.smk"
+
+
+# On Slurm only the rules that launch ranks are submitted; the rest runs here.
+workflow.localrules(*(r.name for r in workflow.rules if r.name not in MPI_RULES))
 
 
 rule all:
     input:
-        f"{RESULTS}/summary.json",
+        rules.report_summary.output,
     default_target: True

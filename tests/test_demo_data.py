@@ -2,6 +2,7 @@
 
 import csv
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -127,10 +128,16 @@ def test_squad_train_dev_disjoint(squad):
     ("squad_v2", ["train-v2.0.json", "dev-v2.0.json"]),
 ])
 def test_cli_writes_files(tmp_path, task, files):
-    cmd = [sys.executable, "-m", "workflow.scripts.demo_data", "--task", task, "--out", str(tmp_path),
-           "--train", "40", "--dev", "12", "--seed", "5"]
-    subprocess.run(cmd, cwd=REPO, check=True, capture_output=True)
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(files)
+    def run(out, hash_seed):  # a different PYTHONHASHSEED must not change the output
+        cmd = [sys.executable, "-m", "workflow.scripts.demo_data", "--task", task, "--out", str(out),
+               "--train", "40", "--dev", "12", "--seed", "5"]
+        env = {**os.environ, "PYTHONHASHSEED": hash_seed}
+        subprocess.run(cmd, cwd=REPO, env=env, check=True, capture_output=True)
+
+    run(tmp_path, "1")
+    run(tmp_path / "again", "2")
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_file()) == sorted(files)
+    assert all((tmp_path / f).read_bytes() == (tmp_path / "again" / f).read_bytes() for f in files)
     if task == "mrpc":
         assert len(read_tsv(tmp_path / "dev.tsv")) == 13
     else:

@@ -6,7 +6,14 @@ test-intel`: torch 2.8 + IPEX 2.8), where the IPEX tests below also run.
 
 from __future__ import annotations
 
+import copy
+import json
+import os
+
 import pytest
+import yaml
+
+from conftest import snakemake, write_config
 
 from workflow.scripts import config as cfg
 from workflow.scripts import environment, intel, launch
@@ -182,7 +189,7 @@ def test_auto_backend_records_why(monkeypatch):
 
 def test_ccl_install_hint_per_torch():
     assert "oneccl_bind_pt==2.7.0" in intel.ccl_install_hint("2.7.1+cpu")
-    assert intel.ccl_install_hint("2.13.0").startswith("no oneccl_bind_pt exists for torch 2.13.0")
+    assert intel.ccl_install_hint("2.13.0").startswith("no oneccl_bind_pt exists for torch 2.13 ")
 
 
 # ---------------------------------------------------------------- IPEX
@@ -247,7 +254,8 @@ def test_optimize_training_keeps_plain_weights(precision):
     before = {k: (v.shape, v.dtype) for k, v in model.state_dict().items()}
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     model, optimizer = intel.optimize_training(model, optimizer, intel.torch_dtype(precision))
-    assert intel.ipex_modules(model) > 0
+    if precision == "bf16":
+        assert intel.ipex_modules(model) > 0  # fp32 AdamW training: IPEX has nothing to swap in
     batch = {"input_ids": torch.randint(0, 100, (4, 8)), "labels": torch.tensor([0, 1, 0, 1])}
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
         loss = model(**batch).loss
@@ -255,6 +263,10 @@ def test_optimize_training_keeps_plain_weights(precision):
     optimizer.step()
     after = {k: (v.shape, v.dtype) for k, v in model.state_dict().items()}
     assert after == before  # what save_pretrained writes is unchanged in form
+    plain = intel.plain_model(model)
+    assert intel.ipex_modules(plain) == 0 and plain.dtype == torch.float32
+    for name, tensor in plain.state_dict().items():
+        assert torch.equal(tensor, model.state_dict()[name]), name  # the fp32 master weights, not bf16
 
 
 @needs_ipex
@@ -269,3 +281,111 @@ def test_optimize_inference_matches_the_plain_model():
     assert intel.ipex_modules(fast) > 0
     with torch.inference_mode():
         assert torch.allclose(fast(input_ids=ids).logits, expected, atol=1e-4)
+
+
+@needs_ipex
+def test_ipex_checkpoint_resumes_exactly():
+    """A resumed run (model and optimizer state_dicts) continues like the original."""
+    import torch
+
+    def optimized():
+        model = tiny_classifier()
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+        return intel.optimize_training(model, optimizer, torch.bfloat16)
+
+    def step(model, optimizer):
+        torch.manual_seed(1)  # same dropout
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = model(input_ids=torch.arange(16).view(2, 8), labels=torch.tensor([0, 1])).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+
+    model, optimizer = optimized()
+    step(model, optimizer)
+    saved = copy.deepcopy((model.state_dict(), optimizer.state_dict()))  # as written to disk
+    step(model, optimizer)
+    resumed, resumed_optimizer = optimized()
+    resumed.load_state_dict(saved[0])
+    resumed_optimizer.load_state_dict(saved[1])
+    step(resumed, resumed_optimizer)
+    for name, tensor in model.state_dict().items():
+        assert torch.equal(tensor, resumed.state_dict()[name]), name
+
+
+# ---------------------------------------------------------------- ccl through the workflow
+# oneCCL's wheels live only on Intel's index, out of reach here. A stand-in
+# package of the same name registers a "ccl" backend that is gloo inside, so
+# everything around oneCCL runs for real: selection, the setvars environment
+# passed by mpirun, the import on every rank, init_process_group("ccl").
+
+STAND_IN = '''"""Test stand-in for oneccl_bindings_for_pytorch: a "ccl" backend, gloo inside."""
+import json
+import os
+
+import torch.distributed as dist
+
+dist.Backend.register_backend("ccl", lambda store, rank, size, timeout: dist.ProcessGroupGloo(
+    store, rank, size, timeout), devices=["cpu"])
+if os.environ.get("STAND_IN_REPORT") and "PMI_RANK" in os.environ:  # what this rank was given
+    keys = ("CCL_ROOT", "CCL_WORKER_COUNT", "I_MPI_ROOT", "FI_PROVIDER_PATH", "LD_LIBRARY_PATH")
+    with open(os.path.join(os.environ["STAND_IN_REPORT"], f"rank{os.environ['PMI_RANK']}.json"), "w") as out:
+        json.dump({key: os.environ.get(key) for key in keys}, out)
+'''
+
+
+def stand_in_ccl(site, version=None):
+    """The stand-in package in `site`, laid out like the wheel; with dist-info when `version`."""
+    root = fake_ccl_package(site / intel.CCL_MODULE)
+    (root / "__init__.py").write_text(STAND_IN)
+    if version:
+        info = site / f"oneccl_bind_pt-{version}.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: oneccl_bind_pt\nVersion: {version}\n")
+    return root
+
+
+def ccl_experiment(tmp_path, tiny_model_dir, report=None):
+    import test_workflow
+
+    config = yaml.safe_load(test_workflow.tiny_experiment(tmp_path, tiny_model_dir).read_text())
+    config["train"].update(epochs=1)
+    config["distributed"].update(backend="auto", env={"STAND_IN_REPORT": str(report)} if report else {})
+    return write_config(tmp_path / "ccl.yaml", config)
+
+
+def with_site(monkeypatch, site):
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH")) if p))
+
+
+def test_ccl_auto_runs_the_workflow_with_the_setvars_environment(tmp_path, tiny_model_dir, monkeypatch):
+    root = stand_in_ccl(tmp_path / "site")
+    with_site(monkeypatch, tmp_path / "site")
+    report = tmp_path / "report"
+    report.mkdir()
+    snakemake(tmp_path, ccl_experiment(tmp_path, tiny_model_dir, report))
+    env = json.loads((tmp_path / "results/tiny/default/environment.json").read_text())
+    assert (env["backend"], env["backend_reason"]) == ("ccl", "auto: oneccl_bindings_for_pytorch imports")
+    metrics = json.loads((tmp_path / "results/tiny/default/train_metrics.json").read_text())
+    first, second = metrics["ranks"]
+    assert metrics["backend"] == "ccl" and first["weights_sha256"] == second["weights_sha256"]
+    for rank in (0, 1):
+        seen = json.loads((report / f"rank{rank}.json").read_text())
+        assert seen["CCL_ROOT"] == str(root) and seen["CCL_WORKER_COUNT"] == "1"
+        assert seen["FI_PROVIDER_PATH"] == str(root / "opt/mpi/libfabric/lib/prov")
+        assert seen["LD_LIBRARY_PATH"].startswith(str(root / "lib"))
+        log = (tmp_path / f"logs/train_ddp/tiny/default/rank{rank}.log").read_text()
+        assert "backend ccl (auto: oneccl_bindings_for_pytorch imports)" in log
+
+
+def test_mismatched_ccl_stops_the_environment_rule(tmp_path, tiny_model_dir, monkeypatch):
+    stand_in_ccl(tmp_path / "site", version="2.7.0+cpu")
+    with_site(monkeypatch, tmp_path / "site")
+    done = snakemake(tmp_path, ccl_experiment(tmp_path, tiny_model_dir), "results/tiny/default/environment.json",
+                     check=False)
+    assert done.returncode != 0, done.stdout
+    assert (tmp_path / "logs").exists(), done.stderr[-3000:]
+    log = (tmp_path / "logs/environment_check/tiny/default.log").read_text().strip().splitlines()
+    torch_version = intel.installed_versions()["torch"]
+    assert log[-1].startswith(f"error: oneccl_bind_pt 2.7.0+cpu (built for torch 2.7) does not pair with "
+                              f"torch {torch_version}: "), log[-1]

@@ -63,7 +63,9 @@ def test_every_rank_trained_with_ipex(ipex_run):
         log = (ipex_run / f"logs/train_ddp/tiny/default/rank{rank}.log").read_text()
         assert "; ipex on (auto: intel_extension_for_pytorch 2.8" in log
         replaced = re.search(rf"IPEX optimized the model for training \({env['precision']}\): (\d+) modules", log)
-        assert replaced and int(replaced.group(1)) > 0, log
+        assert replaced, log
+        if env["precision"] == "bf16":  # fp32 AdamW training: IPEX has no kernel to swap in
+            assert int(replaced.group(1)) > 0, log
 
 
 def test_ipex_training_stays_in_sync_and_learns(ipex_run):

@@ -35,6 +35,7 @@ def mpi_path(monkeypatch):
     (MPICH, "mpich", "4.1.2"),
     (OPENMPI, "openmpi", "4.1.4"),
     ("mpirun (Open MPI) 5.0.3\n", "openmpi", "5.0.3"),
+    ("mpirun.openmpi (OpenRTE) 4.1.4\n", "openmpi", "4.1.4"),
 ])
 def test_parse_mpi_version(text, flavour, version):
     assert launch.parse_mpi_version(text) == {"flavour": flavour, "version": version}
@@ -54,15 +55,61 @@ def test_detect_installed_intel_mpi(mpi_path):
     assert launch.detect_mpi("intel") == found
 
 
-def test_detect_mismatch(mpi_path):
+def test_detect_mismatch_with_explicit_mpirun(mpi_path):
     with pytest.raises(UserError) as err:
-        launch.detect_mpi("openmpi")
+        launch.detect_mpi("openmpi", mpirun=str(BIN / "mpirun"))
     message = str(err.value)
     assert "openmpi" in message and "intel" in message and "distributed.mpi" in message
 
 
+def test_detect_flavour_not_installed(monkeypatch):
+    """Only the venv's Intel MPI in reach: asking for MPICH says what was found."""
+    monkeypatch.setenv("PATH", str(BIN))
+    monkeypatch.delenv(launch.USER_PATH, raising=False)
+    with pytest.raises(UserError) as err:
+        launch.detect_mpi("mpich")
+    assert "distributed.mpi is mpich" in str(err.value) and "intel" in str(err.value)
+
+
+def fake_mpirun(folder: Path, name: str, text: str) -> Path:
+    folder.mkdir(exist_ok=True)
+    path = folder / name
+    path.write_text(f"#!/bin/sh\n/bin/cat <<'EOF'\n{text}EOF\n")
+    path.chmod(0o755)
+    return path
+
+
+def test_auto_takes_the_users_path_before_the_venv(monkeypatch, tmp_path):
+    """Snakemake puts the venv first on PATH; the user's own PATH decides."""
+    fake_mpirun(tmp_path / "ompi", "mpirun", OPENMPI)
+    monkeypatch.setenv("PATH", f"{BIN}{os.pathsep}{tmp_path / 'ompi'}")
+    monkeypatch.setenv(launch.USER_PATH, str(tmp_path / "ompi"))
+    found = launch.detect_mpi()
+    assert found["flavour"] == "openmpi" and found["mpirun"] == str(tmp_path / "ompi" / "mpirun")
+    assert launch.detect_mpi("intel")["mpirun"] == str(BIN / "mpirun")  # then the venv
+
+
+def test_named_flavour_finds_debian_names(monkeypatch, tmp_path):
+    fake_mpirun(tmp_path / "bin", "mpirun", INTEL)
+    fake_mpirun(tmp_path / "bin", "mpirun.mpich", MPICH)
+    link = tmp_path / "link"
+    link.mkdir()
+    (link / "mpirun.mpich").symlink_to(tmp_path / "bin" / "mpirun.mpich")
+    monkeypatch.setenv(launch.USER_PATH, f"{link}{os.pathsep}{tmp_path / 'bin'}")
+    found = launch.detect_mpi("mpich")
+    # the real file, so that MPICH finds hydra_pmi_proxy next to it
+    assert found == {"mpirun": str(tmp_path / "bin" / "mpirun.mpich"), "flavour": "mpich", "version": "4.1.2"}
+
+
+def test_explicit_mpirun_missing():
+    with pytest.raises(UserError, match="distributed.mpirun: /no/such/mpirun not found"):
+        launch.detect_mpi("auto", mpirun="/no/such/mpirun")
+
+
 def test_detect_without_mpirun(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setenv(launch.USER_PATH, str(tmp_path))
+    monkeypatch.setattr(launch.sys, "executable", str(tmp_path / "python"))
     with pytest.raises(UserError, match="mpirun not found"):
         launch.detect_mpi()
 
@@ -163,16 +210,61 @@ def test_rank_env_openmpi_ccl():
 
 def test_build_with_hostfile(tmp_path):
     hostfile = tmp_path / "hosts"
-    hostfile.write_text("localhost:2\nlocalhost\n")
+    hostfile.write_text("localhost:2\nlocalhost\nunused\n")
     config = cfg.validate({"experiment": "x", "task": "mrpc", "model": "m",
-                           "distributed": {"hostfile": str(hostfile), "nodes": 2, "processes_per_node": 3}})
+                           "distributed": {"hostfile": str(hostfile), "nodes": 2, "processes_per_node": 3,
+                                           "launcher_args": ["-iface", "eth1"]}})
     info = {**INFO, "mpi": {"flavour": "mpich", "mpirun": "/x/mpirun"}}
-    argv = launch.build(config, info, ["prog"])
-    assert argv[:7] == ["/x/mpirun", "-n", "6", "-ppn", "3", "-f", str(hostfile)]
+    argv = launch.build(config, info, ["prog"], tmp_path)
+    # the launcher gets its own hostfile: the first `nodes` hosts, ppn slots each
+    assert argv[:7] == ["/x/mpirun", "-n", "6", "-ppn", "3", "-f", str(tmp_path / "hostfile")]
+    assert (tmp_path / "hostfile").read_text() == "localhost:3\nlocalhost:3\n"
     genv = {argv[i + 1]: argv[i + 2] for i, a in enumerate(argv) if a == "-genv"}
     assert genv["MASTER_ADDR"] == "127.0.0.1"
     assert genv["OMP_NUM_THREADS"] == "6"
-    assert argv[-1] == "prog"
+    assert launch.is_local_address("127.0.0.1") and 0 < int(genv["MASTER_PORT"]) < 65536
+    # launcher options, then each rank binds itself to its cores and runs the program
+    assert argv[-10:] == ["-iface", "eth1", sys.executable, "-m", "workflow.scripts.nodes", "pin",
+                          "--threads", "6", "--", "prog"]
+
+
+def test_openmpi_hostfile_syntax(tmp_path):
+    path = launch.write_hostfile("openmpi", ["a", "b"], 2, tmp_path)
+    assert path.read_text() == "a slots=2\nb slots=2\n"
+
+
+def test_master_port_of_a_remote_first_node():
+    assert not launch.is_local_address("192.0.2.1")  # TEST-NET-1: never on this machine
+    assert 29500 <= launch.master_port("192.0.2.1") < 30500
+
+
+def test_gloo_interface_only_across_nodes():
+    info = {**INFO, "gloo_ifname": "eth1", "nodes": 2}
+    assert launch.rank_env(info, {}, "h", 1)["GLOO_SOCKET_IFNAME"] == "eth1"
+    assert "GLOO_SOCKET_IFNAME" not in launch.rank_env({**info, "nodes": 1}, {}, "h", 1)
+    assert launch.rank_env(info, {"GLOO_SOCKET_IFNAME": "ib0"}, "h", 1)["GLOO_SOCKET_IFNAME"] == "ib0"
+
+
+def test_srun_argv():
+    argv = launch.srun_argv(2, 4, 8, ["prog"], ["--mpi=pmi2"])
+    assert argv == ["srun", "--nodes=2", "--ntasks=8", "--ntasks-per-node=4", "--cpus-per-task=8",
+                    "--cpu-bind=cores", "--kill-on-bad-exit=1", "--mpi=pmi2", "prog"]
+
+
+def test_build_srun_passes_the_environment_through_srun(monkeypatch):
+    config = cfg.validate({"experiment": "x", "task": "mrpc", "model": "m",
+                           "distributed": {"launcher": "srun", "nodes": 2, "processes_per_node": 2,
+                                           "threads_per_process": 4, "env": {"A": "b c"}}})
+    info = {**INFO, "threads_per_process": 4, "mpi": {"flavour": "slurm"}}
+    monkeypatch.delenv("SLURM_STEP_ID", raising=False)
+    argv = launch.build(config, info, ["prog"])
+    assert argv[0] == "srun" and "--ntasks=4" in argv and argv[-1] == "prog"
+    env = launch.launch_env(config, info)
+    assert env["OMP_NUM_THREADS"] == "4" and env["A"] == "b c" and env["MASTER_ADDR"]
+    # one rank inside Snakemake's own job step: no second srun
+    monkeypatch.setenv("SLURM_STEP_ID", "0")
+    single = cfg.validate({**config, "distributed": {**config["distributed"], "nodes": 1, "processes_per_node": 1}})
+    assert launch.build(single, info, ["prog"]) == ["prog"]
 
 
 # ---------------------------------------------------------------- real runs
@@ -215,3 +307,10 @@ def test_failing_rank_raises(run_files):
     args, _ = run_files
     with pytest.raises(UserError, match="exit code"):
         launch.main([*args, "--", sys.executable, "-c", "import sys; sys.exit(3)"])
+
+
+def test_loopback_first_node_of_a_real_cluster_is_flagged(capsys):
+    assert launch.master_addr(["localhost", "node2"]) == "127.0.0.1"
+    assert "other nodes cannot reach" in capsys.readouterr().err
+    launch.master_addr(["localhost", "localhost"])  # one machine listed twice: fine
+    assert capsys.readouterr().err == ""

@@ -62,7 +62,7 @@ def test_quantization_table_compares_fp32_and_int8():
     assert quantized[header.index("f1 fp32")] == "0.9" and quantized[header.index("f1 int8")] == "0.88"
     assert quantized[header.index("f1 Δ")] == "-0.02"
     assert quantized[header.index("int8 speedup")] == "2.50x"
-    assert plain[0] == "ppn2" and plain[-1] == "quantization off"
+    assert plain[0] == "ppn2" and plain[-1] == "no int8 evaluation"
 
 
 def test_environment_table_has_a_column_per_run():

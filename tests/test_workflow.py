@@ -151,6 +151,7 @@ def test_default_config_without_network_says_what_to_do(tmp_path):
 
 @pytest.mark.parametrize("experiment", sorted((REPO / "experiments").glob("*.yaml")), ids=lambda p: p.name)
 def test_every_experiment_dry_runs(tmp_path, experiment):
+    (tmp_path / "hostfile").write_text("".join(f"node{i}\n" for i in range(1, 9)))
     done = snakemake(tmp_path, None, "--dry-run", "--configfile", str(experiment))
     assert "summary.json" in done.stdout + done.stderr
 

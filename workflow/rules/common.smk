@@ -19,6 +19,11 @@ EXP = CONFIG["experiment"]
 RESULTS = f"results/{EXP}"
 RUNS = cfg.runs(CONFIG)
 FIRST_RUN = next(iter(RUNS))  # the baseline of a sweep
+try:
+    # `tuned` runs take the layout `snakemake ... tune` measured (run it first).
+    cfg.apply_tuned_layout(RUNS, f"{RESULTS}/tune/layout.json", tuning="tune" in getattr(workflow.dag_settings, "targets", ()))
+except cfg.ConfigError as err:
+    sys.exit(f"error: {err}")
 RUN_STAGES = ("environment", "train", "evaluate")
 SHARED_STAGES = ("data", "tokenize")
 
@@ -45,7 +50,7 @@ def stage_config(stage, run=None):
     if stage == "tokenize":
         return {**common, "train": _pick(c["train"], "max_seq_length", "doc_stride")}
     if stage == "environment":
-        return {"distributed": c["distributed"], "train": _pick(c["train"], "precision")}
+        return {"distributed": c["distributed"], "train": _pick(c["train"], "precision", "ipex")}
     if stage == "train":
         return {**common, "train": c["train"], "distributed": c["distributed"]}
     if stage == "evaluate":

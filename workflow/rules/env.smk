@@ -1,5 +1,6 @@
 # Per-stage configuration files (rewritten only when their slice changes)
 # and the environment check of each run.
+from workflow.scripts import launch
 
 
 rule config_shared:
@@ -26,6 +27,10 @@ rule config_run:
             print(params.content, file=handle)
 
 
+# The rules that launch ranks on the nodes (Slurm submits only these).
+MPI_RULES = ("environment_check", "train_ddp", "setup_nodes")
+
+
 rule environment_check:
     input:
         cfg="results/{experiment}/{run}/config/environment.json",
@@ -33,7 +38,30 @@ rule environment_check:
         "results/{experiment}/{run}/environment.json",
     log:
         "logs/environment_check/{experiment}/{run}.log",
+    # One rank per node, through the launcher that trains: every node must
+    # agree on versions and workflow revision (workflow/scripts/nodes.py).
+    resources:
+        mpi=lambda wc: int(launch.per_node_job(RUNS[wc.run]["distributed"])),
+        nodes=lambda wc: RUNS[wc.run]["distributed"]["nodes"],
+        tasks=lambda wc: launch.slurm_tasks(RUNS[wc.run]["distributed"], 1)["tasks"],
+        cpus_per_task=1,
     conda:
         "../../envs/cpuddp.yaml"
     shell:
-        "python -m workflow.scripts.environment --config {input.cfg} --out {output} 2> {log}"
+        "python -m workflow.scripts.nodes check --config {input.cfg} --out {output} 2> {log}"
+
+
+# On request only (`snakemake --profile profiles/xeon setup_nodes`): where the
+# nodes share no filesystem, copy this workflow to the same path on every node
+# and build its pinned .venv there (`make venv`), through the same launcher.
+rule setup_nodes:
+    input:
+        cfg=f"{RESULTS}/{max(RUNS, key=lambda r: RUNS[r]['distributed']['nodes'])}/config/environment.json",
+    log:
+        f"logs/setup_nodes/{EXP}.log",
+    resources:
+        mpi=1,
+    conda:
+        "../../envs/cpuddp.yaml"
+    shell:
+        "python -m workflow.scripts.nodes setup --config {input.cfg} 2> {log}"

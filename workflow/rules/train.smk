@@ -16,17 +16,23 @@ rule train_ddp:
     params:
         rank_logs="logs/train_ddp/{experiment}/{run}",
         run_dir=lambda wc, output: os.path.dirname(output.metrics),
-    # The ranks take the nodes' cores; one MPI job at a time on them.
+    # The ranks take the nodes' cores; one MPI job at a time on them (the
+    # profiles cap `mpi`). On Slurm (profiles/slurm) the same resources size
+    # the allocation; launch.py then starts the ranks with srun.
     threads: workflow.cores
     resources:
-        mpi=1,
+        mpi=lambda wc: int(launch.mpi_job(RUNS[wc.run]["distributed"])),
+        nodes=lambda wc: RUNS[wc.run]["distributed"]["nodes"],
+        tasks=lambda wc: launch.slurm_tasks(RUNS[wc.run]["distributed"])["tasks"],
+        tasks_per_node=lambda wc: launch.slurm_tasks(RUNS[wc.run]["distributed"])["tasks_per_node"],
+        cpus_per_task=lambda wc: launch.slurm_cpus(RUNS[wc.run]["distributed"]),
     conda:
         "../../envs/cpuddp.yaml"
     shell:
         "python -m workflow.scripts.launch --config {input.cfg} --environment {input.env}"
         " --log-dir {params.rank_logs} --"
         " python -m workflow.scripts.train --config {input.cfg} --environment {input.env}"
-        " --data {input.data} --out {params.run_dir} --log-dir {params.rank_logs} > {log} 2>&1"
+        " --data {input.data} --out {params.run_dir} --log-dir {params.rank_logs} 2>&1 | tee {log}"
 
 
 # Ranks versus threads on one node: `snakemake ... tune` times short bursts

@@ -7,6 +7,7 @@ the workflow before any rule runs, with one line naming the key.
 from __future__ import annotations
 
 import copy
+import json
 import importlib.util
 import itertools
 from pathlib import Path
@@ -162,6 +163,8 @@ def _short(key: str) -> str:
 def check_hostfile(config: dict, base: Path = Path(".")) -> None:
     """Every run's node count must fit the hostfile, whose names must be sane."""
     dist = config["distributed"]
+    if dist["launcher"] == "srun":
+        return  # Slurm picks the nodes
     if not dist["hostfile"]:
         if max(config["sweep"].get("nodes", [dist["nodes"]])) > 1:
             raise ConfigError("config error: distributed.nodes > 1 needs distributed.hostfile (one node per line)")
@@ -180,3 +183,22 @@ def load_config(config: dict, base: Path = Path(".")) -> dict:
     check_hostfile(config, base)
     config["model"] = resolve_model(config["model"])
     return config
+
+
+def apply_tuned_layout(runs: dict, layout_path, tuning: bool = False) -> None:
+    """Put the tuned ranks x threads into runs with `threads_per_process: tuned`.
+
+    While tuning itself (`snakemake ... tune`) they start from `auto`."""
+    tuned = [r for r in runs.values() if r["distributed"]["threads_per_process"] == "tuned"]
+    if not tuned:
+        return
+    path = Path(layout_path)
+    if tuning or not path.is_file():
+        if not tuning:
+            raise ConfigError(f"config error: distributed.threads_per_process is 'tuned' but {path} does not "
+                              "exist; run `snakemake ... tune` first with this configuration")
+        best = {"threads_per_process": "auto"}
+    else:
+        best = json.loads(path.read_text())["best"]
+    for run in tuned:
+        run["distributed"].update(best)

@@ -116,7 +116,8 @@ LEX = {
 # --------------------------------------------------------------------------- MRPC frames
 
 FRAMES = [
-    {"slots": {"buyer": "company", "target": "company", "amount": "money", "day": "weekday"}, "templates": [
+    {"slots": {"buyer": "company", "target": "company", "amount": "money", "day": "weekday"},
+     "swap": ("buyer", "target"), "templates": [
         "{buyer} {agreed} to {buy} {target} for {amount}, the companies {said} on {day}.",
         "{target} has {agreed} to be {bought} by {buyer} in a deal worth {amount}.",
         "On {day}, {buyer} announced a {amount_a} deal to {buy} {target}.",
@@ -128,7 +129,8 @@ FRAMES = [
         "{quarter}-quarter net income at {company} {rose} {pct}, to {amount}, the company reported.",
         "{company} reported a {pct} {increase} in {quarter}-quarter earnings, to {amount}.",
         "Profit at {company} {rose} to {amount} in the {quarter} quarter, a {pct} {increase} from a year earlier."]},
-    {"slots": {"company": "company", "person": "person", "old": "person", "title": "title"}, "templates": [
+    {"slots": {"company": "company", "person": "person", "old": "person", "title": "title"},
+     "swap": ("person", "old"), "templates": [
         "{company} {named} {person} as its new {title}, replacing {old}.",
         "{person} will succeed {old} as {title} of {company}, the company {said}.",
         "{company} has appointed {person} {title}, succeeding {old}.",
@@ -181,15 +183,15 @@ FRAMES = [
         "{person} met {other} in {city} on {day} to discuss {topic}.",
         "{person} and {other} held talks on {topic} in {city} on {day}.",
         "In {city} on {day}, {person} sat down with {other} for talks about {topic}.",
-        "{topic} was the focus of a meeting between {person} and {other} in {city} on {day}."]},
+        "{topic} topped the agenda when {person} met {other} in {city} on {day}."]},
 ]
 
 # --------------------------------------------------------------------------- slot values
 
 
 def _company(rng: random.Random) -> str:
-    stem = rng.choice(STEMS)
-    return f"{stem} {rng.choice(SUFFIXES)}" if rng.random() < 0.8 else f"{stem} {rng.choice(STEMS)}"
+    first, second = rng.sample(STEMS, 2)
+    return f"{first} {rng.choice(SUFFIXES)}" if rng.random() < 0.8 else f"{first} {second}"
 
 
 def _person(rng: random.Random) -> str:
@@ -221,6 +223,8 @@ def _forms(kind: str, value) -> list[str]:
         return [f"{value} percent", f"{value}%"]
     if kind == "price":
         return [f"${value:.2f}"]
+    if kind == "company" and value.split()[-1] in SUFFIXES:
+        return [value, value, value.split()[0]]  # "Apex Systems" is also just "Apex"
     return [str(value)]
 
 
@@ -235,6 +239,8 @@ def _perturb(kind: str, value, rng: random.Random):
             new = value + rng.choice([-10, -5, -3, -2, -1, 1, 2, 3, 5, 10])
         else:
             new = _sample(kind, rng)
+        if kind == "company" and new.split()[0] == value.split()[0]:
+            continue
         if new != value and (isinstance(new, str) or new > 1) and _forms(kind, new) != _forms(kind, value):
             return new
 
@@ -289,9 +295,8 @@ def _mutate(frame: dict, fact: dict, shared: set, rng: random.Random) -> dict:
     """Change one or two facts that both sentences mention (or swap two roles)."""
     kinds = frame["slots"]
     new = dict(fact)
-    pairs = [(a, b) for a in shared for b in shared if a < b and kinds.get(a) == kinds.get(b)]
-    if pairs and rng.random() < 0.3:
-        a, b = rng.choice(sorted(pairs))
+    if "swap" in frame and set(frame["swap"]) <= shared and rng.random() < 0.3:
+        a, b = frame["swap"]  # asymmetric roles: buyer/target, new/old executive
         new[a], new[b] = fact[b], fact[a]
         return new
     for name in rng.sample(sorted(shared), min(len(shared), 1 if rng.random() < 0.6 else 2)):
@@ -302,7 +307,28 @@ def _mutate(frame: dict, fact: dict, shared: set, rng: random.Random) -> dict:
     return new
 
 
+# Extra detail added to one sentence of some pairs (either label), as in real MRPC.
+EXTRAS = [", according to a statement issued in {city}", ", {person}, a spokesperson, told reporters",
+          ", {person}, an analyst at {company}, said", ", according to people familiar with the matter",
+          ", {person} told reporters in {city}"]
+
+
+def _elaborate(pair: tuple[str, str], rng: random.Random) -> tuple[str, str]:
+    """Sometimes append an attribution clause (with new names) to one sentence of a pair."""
+    i = rng.randrange(2)
+    if rng.random() < 0.2 and not any(w in pair[i] for w in (" said", " reported", " announced", "ccording")):
+        values = {"city": rng.choice(CITIES), "person": _person(rng), "company": _company(rng)}
+        clause = _fill(rng.choice(EXTRAS), values, rng)[0]
+        pair = (pair[0][:-1] + clause + ".", pair[1]) if i == 0 else (pair[0], pair[1][:-1] + clause + ".")
+    return pair
+
+
 def _mrpc_pair(label: int, rng: random.Random) -> tuple[str, str]:
+    """A paraphrase (label 1) or a near-miss / unrelated pair (label 0)."""
+    return _elaborate(_mrpc_sentences(label, rng), rng)
+
+
+def _mrpc_sentences(label: int, rng: random.Random) -> tuple[str, str]:
     frame = rng.choice(FRAMES)
     t1, t2 = rng.sample(frame["templates"], 2)
     fact = _new_fact(frame, rng)
@@ -403,7 +429,7 @@ def _profile(company: str, rng: random.Random) -> dict:
             "hq": rng.choice(CITIES), "employees": f"{rng.randrange(2, 900) * 50:,}", "ceo": _person(rng),
             "ceo_year": str(rng.randrange(max(year, 1990), 2020)), "product": rng.choice(PRODUCTS),
             "deal_year": str(rng.randrange(max(year, 1980), 2021)), "target": _company(rng),
-            "amount": f"${rng.randrange(5, 990)} million", "rev_year": str(rng.randrange(2005, 2021)),
+            "amount": f"${rng.randrange(5, 990)} million", "rev_year": str(rng.randrange(max(year, 2005), 2021)),
             "revenue": f"${round(rng.uniform(0.2, 40), 1)} billion", "exchange": rng.choice(EXCHANGES),
             "ticker": "".join(rng.choice(string.ascii_uppercase) for _ in range(rng.randrange(3, 5)))}
 

@@ -99,7 +99,9 @@ def threads_per_process(requested, processes_per_node: int, cpu: dict) -> int:
     return max(1, hardware.usable_cores(cpu) // processes_per_node)
 
 
-def describe(config: dict) -> dict:
+def describe(config: dict, launcher: bool = True) -> dict:
+    """This node's versions, CPU and decisions; `launcher`: also find mpirun / srun
+    (the launch node does; the nodes it checks do not need one)."""
     dist, train = config["distributed"], config["train"]
     cpu = hardware.cpu_summary()
     found = versions()
@@ -109,7 +111,7 @@ def describe(config: dict) -> dict:
     backend, backend_why = choose_backend(dist["backend"])
     ipex, ipex_why = intel.ipex_status(ipex_requested)
     precision, precision_why, speed = choose_precision(train["precision"], cpu["isa_flags"])
-    mpi = launch.detect_mpi(dist["mpi"])
+    mpi = launch.detect_launcher(dist) if launcher else None
     return {
         "versions": found,
         "mpi": mpi,

@@ -22,9 +22,16 @@ from workflow.scripts.modeling import autocast_for
 datasets.disable_progress_bars()
 transformers.utils.logging.disable_progress_bar()
 MODEL_INPUTS = PAD_KEYS
+LATENCY_ROWS = 200  # batch-1 latency: the first rows of the first validation split
+LATENCY_WARMUP = 5
 
 
-def load_for_eval(model_dir: str, task: tasks.Task):
+def load_for_eval(model_dir: str, task: tasks.Task, int8: bool = False):
+    """The fine-tuned model, or with int8 the artifact of quantize.py (called alike)."""
+    if int8:
+        from workflow.scripts.quantize import load_quantized
+
+        return load_quantized(model_dir)
     from transformers import AutoModelForQuestionAnswering, AutoModelForSequenceClassification
 
     auto = AutoModelForQuestionAnswering if task.is_qa else AutoModelForSequenceClassification
@@ -60,6 +67,23 @@ def forward_all(model, split, batch_size: int, pad_id: int, autocast) -> tuple[l
     return outputs, time.perf_counter() - start
 
 
+@torch.inference_mode()
+def latency_ms(model, split, pad_id: int, autocast, rows: int = LATENCY_ROWS) -> dict:
+    """p50 and p99 milliseconds of one sample at batch size 1 (after a warm-up)."""
+    collate = pad_collate(pad_id)
+    inputs = split.select_columns([k for k in MODEL_INPUTS if k in split.column_names])
+    samples = [collate([inputs[i]]) for i in range(min(rows, len(split)))]
+    times = []
+    for j, batch in enumerate(samples[:LATENCY_WARMUP] + samples):
+        start = time.perf_counter()
+        with autocast():
+            model(**batch)
+        if j >= LATENCY_WARMUP:
+            times.append(1000.0 * (time.perf_counter() - start))
+    p50, p99 = np.percentile(times, [50, 99])
+    return {"latency_ms_p50": round(float(p50), 3), "latency_ms_p99": round(float(p99), 3)}
+
+
 def classification_metrics(task, model, split, batch_size, pad_id, autocast, suffix=""):
     logits, seconds = forward_all(model, split, batch_size, pad_id, autocast)
     logits = np.stack(logits)
@@ -82,16 +106,18 @@ def qa_metrics(task, model, features, examples, batch_size, pad_id, autocast, se
 
 
 def evaluate(config: dict, model_dir: str, tokenized_dir: str, raw_dir: str, precision: str,
-             ipex: bool = False):
-    """Metrics of every validation split, plus samples per second overall."""
+             ipex: bool = False, int8: bool = False):
+    """Metrics of every validation split, samples per second overall and
+    batch-1 latency; int8: `model_dir` is an artifact of quantize.py."""
     task = tasks.get_task(config["task"])
     settings = config["evaluation"]
     torch.set_num_threads(hardware.usable_cores(hardware.cpu_summary()))
     from transformers import AutoTokenizer
 
     pad_id = AutoTokenizer.from_pretrained(model_dir).pad_token_id
-    model = load_for_eval(model_dir, task)
-    if ipex:
+    model = load_for_eval(model_dir, task, int8)
+    precision = "fp32" if int8 else precision  # the int8 artifact fixes its own precisions
+    if ipex and not int8:
         model = intel.optimize_inference(model, intel.torch_dtype(precision))
         print(f"IPEX optimized the model for inference ({precision}): "
               f"{intel.ipex_modules(model)} modules replaced", file=sys.stderr)
@@ -110,6 +136,7 @@ def evaluate(config: dict, model_dir: str, tokenized_dir: str, raw_dir: str, pre
         samples, seconds = samples + n, seconds + s
     result["samples"] = samples
     result["samples_per_second"] = round(samples / seconds, 3)
+    result.update(latency_ms(model, tokenized[task.validation_splits[0]], pad_id, autocast))
     return result, predictions
 
 
@@ -121,11 +148,21 @@ def main(argv=None) -> None:
     parser.add_argument("--data", required=True, help="tokenized DatasetDict folder")
     parser.add_argument("--raw", required=True, help="raw DatasetDict folder (QA needs the contexts)")
     parser.add_argument("--out", required=True, help="metrics JSON to write")
+    parser.add_argument("--int8", action="store_true", help="--model is an INT8 artifact of quantize.py")
+    parser.add_argument("--fp32-metrics", help="int8 only: eval_fp32.json to hold the accuracy gate against")
+    parser.add_argument("--max-accuracy-drop", type=float, default=1.0,
+                        help="points int8 may lose on any task metric (with --fp32-metrics)")
     args = parser.parse_args(argv)
     config = json.loads(Path(args.config).read_text())
     info = json.loads(Path(args.environment).read_text())
     result, predictions = evaluate(config, args.model, args.data, args.raw, info["precision"],
-                                   info.get("ipex", False))
+                                   info.get("ipex", False), args.int8)
+    if args.fp32_metrics:
+        from workflow.scripts.quantize import check_accuracy_gate
+
+        print("eval: " + json.dumps(result), file=sys.stderr)
+        check_accuracy_gate(tasks.get_task(config["task"]), json.loads(Path(args.fp32_metrics).read_text()),
+                            result, args.max_accuracy_drop)
     if predictions is not None:
         out = Path(args.out)
         write_json(out.with_name(f"{out.stem}_predictions.json"), predictions)

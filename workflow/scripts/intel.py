@@ -95,15 +95,10 @@ def check_ccl_pair(torch_version: str, ccl_version: str) -> None:
     key = _ccl_key(torch_version)
     if key is not None and CCL_PAIRS[key] == release(ccl_version):
         return
-    if key is not None:
-        fix = f"pip install {CCL_PACKAGE}=={CCL_PAIRS[key]} --extra-index-url {CCL_INDEX}"
-    else:
-        fix = (f"no {CCL_PACKAGE} exists for torch {major_minor(torch_version)} (the last is 2.7.0, for torch 2.7); "
-               f"install torch==2.7.* with {CCL_PACKAGE}==2.7.0 --extra-index-url {CCL_INDEX}")
     built_for = [t for t, c in CCL_PAIRS.items() if c == release(ccl_version)]
     pairs = f"built for torch {built_for[0]}" if built_for else "not a known release"
     raise UserError(f"{CCL_PACKAGE} {ccl_version} ({pairs}) does not pair with torch {torch_version}: "
-                    f"{fix} (README, Intel stack), or set distributed.backend: gloo")
+                    f"{ccl_install_hint(torch_version)} (README, Intel stack), or set distributed.backend: gloo")
 
 
 def check_pairing(versions: dict, ipex: bool = True, ccl: bool = True) -> None:
@@ -124,8 +119,8 @@ def ccl_install_hint(torch_version: str | None) -> str:
     """How to get ccl for this torch (or why there is none)."""
     key = _ccl_key(torch_version or "")
     if key is None:
-        return (f"no {CCL_PACKAGE} exists for torch {torch_version} (the last is 2.7.0, for torch 2.7): "
-                f"install torch==2.7.* and {CCL_PACKAGE}==2.7.0 --extra-index-url {CCL_INDEX}")
+        return (f"no {CCL_PACKAGE} exists for torch {major_minor(torch_version or '?')} (the last is 2.7.0, "
+                f"for torch 2.7): install torch==2.7.* and {CCL_PACKAGE}==2.7.0 --extra-index-url {CCL_INDEX}")
     return f"pip install {CCL_PACKAGE}=={CCL_PAIRS[key]} --extra-index-url {CCL_INDEX}"
 
 
@@ -222,8 +217,9 @@ def torch_dtype(precision: str):
 def optimize_training(model, optimizer, dtype):
     """ipex.optimize for training: fused optimizer, prepacked weights.
 
-    In place, so a scheduler or DDP built on these objects keeps working;
-    state_dict() still gives the plain fp32 weights save_pretrained needs.
+    In place, so a scheduler or DDP built on these objects keeps working.
+    IPEX has no fused AdamW on CPU: in fp32 it changes little; in bf16 it
+    swaps in its Linear/LayerNorm kernels and keeps fp32 master weights.
     """
     ipex = _import_ipex()
     model.train()
@@ -234,6 +230,18 @@ def optimize_inference(model, dtype):
     """ipex.optimize for inference (bf16 weights when dtype is bf16)."""
     ipex = _import_ipex()
     return ipex.optimize(model.eval(), dtype=dtype, inplace=True)
+
+
+def plain_model(model):
+    """An ordinary fp32 copy of an IPEX-trained model, for save_pretrained.
+
+    After bf16 training IPEX leaves bf16 parameters (the fp32 master weights
+    live in the optimizer), and save_pretrained would record the model as
+    bfloat16; state_dict() rebuilds the full fp32 weights.
+    """
+    plain = type(model)(model.config)
+    plain.load_state_dict(model.state_dict())
+    return plain
 
 
 def ipex_modules(model) -> int:

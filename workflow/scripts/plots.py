@@ -104,7 +104,7 @@ def quantization_table(entries: list[dict]) -> str:
     for e in entries:
         fp32, int8 = e["eval"]["fp32"] or {}, e["eval"]["int8"]
         if int8 is None:
-            rows.append([e["run"]] + ["—"] * (len(header) - 2) + ["quantization off"])
+            rows.append([e["run"]] + ["—"] * (len(header) - 2) + ["no int8 evaluation"])
             continue
         row = [e["run"]]
         for m in names:

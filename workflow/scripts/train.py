@@ -312,7 +312,8 @@ def train(cfg: dict, info: dict, data_dir: str, out_dir: Path, log_dir: str) -> 
         dist.all_gather_object(ranks, rank_record(env, t.model, threads, t.comm))
         if env.is_main:
             record = metrics_record(cfg, info, env, progress, t, ranks)
-            save_model(t.model, tokenizer, out_dir / "model")
+            model = intel.plain_model(t.model) if info.get("ipex") else t.model  # fp32, not IPEX's bf16
+            save_model(model, tokenizer, out_dir / "model")
             write_json(out_dir / "train_metrics.json", record)
             shutil.rmtree(ckpt_root, ignore_errors=True)  # only a failed run needs them
             log.info(f"done: {progress.step} steps in {progress.seconds:.1f}s, "

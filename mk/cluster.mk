@@ -1,0 +1,22 @@
+# Cluster tests: every MPI flavour and test hosts made with `ip netns`.
+#   make ci-deps          the Debian packages those tests need (root; does nothing when present)
+#   make test-multinode   the across-hosts tests alone (root): DDP over veth between namespaces
+# `make test` runs them too (tests/test_multinode.py, tests/test_mpi_flavours.py);
+# without root the namespace tests are skipped, and CI (root) runs ci-deps first.
+CI_DEBS := mpich openmpi-bin iproute2 util-linux make
+
+.PHONY: ci-deps test-multinode
+
+ci-deps:
+	@missing=$$(for p in $(CI_DEBS); do \
+		dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
+	if [ -z "$$missing" ]; then echo "ci-deps: $(CI_DEBS) installed"; \
+	elif [ "$$(id -u)" != 0 ]; then echo "ci-deps: missing $$missing; run as root (apt-get)" >&2; exit 1; \
+	else apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null \
+		&& echo "ci-deps: installed $$missing"; fi
+
+# Bounded: the namespaces go whatever happens (the tests' finally), and a
+# run killed by this timeout leaves nothing the next run does not sweep.
+test-multinode: venv
+	@test "$$(id -u)" = 0 || { echo "test-multinode needs root (ip netns)" >&2; exit 1; }
+	PATH=$(CURDIR)/$(BIN):$$PATH timeout 600 $(BIN)/python -m pytest -q -s tests/test_multinode.py

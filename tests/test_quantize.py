@@ -1,0 +1,230 @@
+"""Static INT8 quantization: the workflow end to end, the artifact, the gate."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from conftest import snakemake, write_config
+from test_workflow import tiny_experiment
+from workflow.scripts import evaluate, quantize, tasks
+from workflow.scripts.errors import UserError
+
+MRPC = tasks.get_task("mrpc")
+
+
+# ---------------------------------------------------------------- the workflow
+
+@pytest.fixture(scope="module")
+def quantized_run(tmp_path_factory, tiny_model_dir):
+    """One real run with quantization on: train, quantize, evaluate both."""
+    work = tmp_path_factory.mktemp("wfq")
+    configfile = tiny_experiment(work, tiny_model_dir)
+    config = yaml.safe_load(configfile.read_text())
+    # The tiny model learns little: the gate is tested on its own below.
+    config["quantization"] = {"enabled": True, "calibration_samples": 32, "max_accuracy_drop": 100}
+    write_config(configfile, config)
+    done = snakemake(work, configfile)
+    return work, configfile, done
+
+
+def test_workflow_quantizes_and_evaluates_int8(quantized_run):
+    work, _, done = quantized_run
+    log = done.stdout + done.stderr
+    assert "rule quantize_static" in log and "rule evaluate_int8" in log
+    (run,) = json.loads((work / "results/tiny/summary.json").read_text())["runs"]
+    fp32, int8 = run["eval"]["fp32"], run["eval"]["int8"]
+    keys = {"accuracy", "f1", "samples", "samples_per_second", "latency_ms_p50", "latency_ms_p99"}
+    assert keys <= set(fp32) and keys <= set(int8)
+    assert int8["samples"] == fp32["samples"] == 40
+    assert 0 < int8["latency_ms_p50"] <= int8["latency_ms_p99"]
+
+
+def test_artifact_is_verified_and_int8(quantized_run):
+    artifact = quantized_run[0] / "results/tiny/default/model_int8"
+    meta = json.loads((artifact / quantize.META_FILE).read_text())
+    assert (artifact / quantize.IR_FILE).is_file() and (artifact / "openvino_model.bin").is_file()
+    assert meta["stack"] == "openvino" and meta["calibration_samples"] == 32
+    assert meta["versions"]["openvino"] and meta["versions"]["nncf"]
+    assert meta["verification"] == {"rows": 40, "max_abs_diff": 0.0}
+    # 2 layers x (q, k, v, attention output, intermediate, output) + pooler + classifier
+    assert meta["int8_linear_layers"] == meta["linear_layers"] == 14
+
+
+def test_artifact_reloads_and_answers_like_a_model(quantized_run):
+    import datasets
+
+    work = quantized_run[0]
+    validation = datasets.load_from_disk(str(work / "results/tiny/data/tokenized"))["validation"]
+    first = quantize.load_quantized(work / "results/tiny/default/model_int8")
+    second = quantize.load_quantized(work / "results/tiny/default/model_int8")
+    a, _ = evaluate.forward_all(first, validation, 16, 0, _nullcontext)
+    b, _ = evaluate.forward_all(second, validation, 16, 0, _nullcontext)
+    assert np.stack(a).shape == (40, 2)
+    assert quantize.max_abs_diff(a, b) == 0.0
+
+
+def test_gate_setting_does_not_requantize(quantized_run, tmp_path):
+    work, configfile, _ = quantized_run
+    config = yaml.safe_load(configfile.read_text())
+    config["quantization"]["max_accuracy_drop"] = 50
+    changed = write_config(tmp_path / "gate.yaml", config)
+    log = snakemake(work, changed, "--dry-run").stdout
+    assert "evaluate_int8" in log and "quantize_static" not in log and "train_ddp" not in log
+
+
+def test_quantization_off_leaves_int8_null_and_no_rule(tmp_path, tiny_model_dir):
+    configfile = tiny_experiment(tmp_path, tiny_model_dir)
+    log = snakemake(tmp_path, configfile, "--dry-run").stdout
+    assert "quantize_static" not in log and "evaluate_int8" not in log
+
+
+def _nullcontext():
+    import contextlib
+
+    return contextlib.nullcontext()
+
+
+# ---------------------------------------------------------------- a learnable task
+
+def _learnable_split(rng, n: int):
+    """Label 0: tokens drawn from one id range, label 1: from another."""
+    rows = {"input_ids": [], "token_type_ids": [], "attention_mask": [], "labels": []}
+    for _ in range(n):
+        label = int(rng.integers(2))
+        low = 2000 if label == 0 else 3000
+        ids = [101] + rng.integers(low, low + 500, int(rng.integers(6, 20))).tolist() + [102]
+        rows["input_ids"].append(ids)
+        rows["token_type_ids"].append([0] * len(ids))
+        rows["attention_mask"].append([1] * len(ids))
+        rows["labels"].append(label)
+    return rows
+
+
+@pytest.fixture(scope="module")
+def learned(tmp_path_factory, tiny_model_dir):
+    """A tiny BERT trained in-process to near-perfect accuracy, and its data."""
+    import datasets
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from workflow.scripts.batching import pad_collate
+
+    out = tmp_path_factory.mktemp("learned")
+    rng = np.random.default_rng(0)
+    data = datasets.DatasetDict({"train": datasets.Dataset.from_dict(_learnable_split(rng, 512)),
+                                 "validation": datasets.Dataset.from_dict(_learnable_split(rng, 200))})
+    data.save_to_disk(str(out / "tokenized"))
+    torch.manual_seed(0)
+    model = AutoModelForSequenceClassification.from_pretrained(tiny_model_dir, num_labels=2)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    collate, train = pad_collate(0), data["train"]
+    model.train()
+    for epoch in range(3):
+        for start in range(0, len(train), 32):
+            batch = collate([train[i] for i in range(start, min(start + 32, len(train)))])
+            loss = model(**batch).loss
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+    model.save_pretrained(out / "model")
+    AutoTokenizer.from_pretrained(tiny_model_dir).save_pretrained(out / "model")
+    return out
+
+
+def _accuracy(model, split) -> float:
+    logits, _ = evaluate.forward_all(model, split, 32, 0, _nullcontext)
+    return float((np.stack(logits).argmax(-1) == np.array(split["labels"])).mean())
+
+
+def test_int8_keeps_the_accuracy_of_a_learned_task(learned, tmp_path):
+    import datasets
+
+    meta = quantize.quantize(learned / "model", learned / "tokenized", tmp_path / "int8", "mrpc", 64)
+    assert meta["verification"]["max_abs_diff"] == 0.0 and meta["calibration_samples"] == 64
+    validation = datasets.load_from_disk(str(learned / "tokenized"))["validation"]
+    fp32 = _accuracy(evaluate.load_for_eval(str(learned / "model"), MRPC), validation)
+    int8 = _accuracy(quantize.load_quantized(tmp_path / "int8"), validation)
+    assert fp32 >= 0.95, f"the tiny model did not learn the task ({fp32})"
+    quantize.check_accuracy_gate(MRPC, {"accuracy": fp32}, {"accuracy": int8}, max_drop=1.0)
+
+
+def test_failed_verification_keeps_no_artifact(learned, tmp_path, monkeypatch):
+    monkeypatch.setattr(quantize, "max_abs_diff", lambda a, b: 0.5)
+    with pytest.raises(UserError, match="reloaded INT8 model differs"):
+        quantize.quantize(learned / "model", learned / "tokenized", tmp_path / "int8", "mrpc", 8)
+    assert not (tmp_path / "int8").exists()
+    assert not list(tmp_path.glob(".int8.*"))
+
+
+def test_evaluate_cli_applies_the_gate(learned, tmp_path):
+    quantize.quantize(learned / "model", learned / "tokenized", tmp_path / "int8", "mrpc", 16)
+    (tmp_path / "eval.json").write_text(json.dumps({"task": "mrpc", "evaluation": {
+        "batch_size": 32, "n_best_size": 20, "max_answer_length": 30, "null_score_diff_threshold": 0.0}}))
+    (tmp_path / "env.json").write_text(json.dumps({"precision": "fp32"}))
+    (tmp_path / "fp32.json").write_text(json.dumps({"accuracy": 1.5, "f1": 0.0}))
+    argv = ["--int8", "--config", str(tmp_path / "eval.json"), "--environment", str(tmp_path / "env.json"),
+            "--model", str(tmp_path / "int8"), "--data", str(learned / "tokenized"), "--raw", "unused",
+            "--fp32-metrics", str(tmp_path / "fp32.json"), "--out", str(tmp_path / "int8.json")]
+    with pytest.raises(UserError, match=r"accuracy int8 \d+\.\d\d vs fp32 150\.00"):
+        evaluate.main(argv + ["--max-accuracy-drop", "1"])
+    assert not (tmp_path / "int8.json").exists()
+    evaluate.main(argv + ["--max-accuracy-drop", "100"])
+    result = json.loads((tmp_path / "int8.json").read_text())
+    assert result["accuracy"] >= 0.95 and result["latency_ms_p50"] > 0
+
+
+# ---------------------------------------------------------------- units
+
+def test_gate_names_both_numbers_and_passes_within_the_limit():
+    quantize.check_accuracy_gate(MRPC, {"accuracy": 0.86, "f1": 0.90}, {"accuracy": 0.855, "f1": 0.895}, 1.0)
+    with pytest.raises(UserError) as err:
+        quantize.check_accuracy_gate(MRPC, {"accuracy": 0.86, "f1": 0.90}, {"accuracy": 0.84, "f1": 0.90}, 1.0)
+    assert "accuracy int8 84.00 vs fp32 86.00 (-2.00 points)" in str(err.value)
+    assert "f1" not in str(err.value).split("max_accuracy_drop")[0]
+
+
+def test_gate_reads_squad_percentages_and_mnli_mismatched():
+    squad = tasks.get_task("squad")
+    quantize.check_accuracy_gate(squad, {"exact_match": 80.0, "f1": 88.0}, {"exact_match": 79.5, "f1": 87.2}, 1.0)
+    with pytest.raises(UserError, match="exact_match int8 78.00 vs fp32 80.00"):
+        quantize.check_accuracy_gate(squad, {"exact_match": 80.0, "f1": 88.0}, {"exact_match": 78.0, "f1": 88.0}, 1.0)
+    mnli = tasks.get_task("mnli")
+    drops = quantize.accuracy_drops(mnli, {"accuracy": 0.8, "accuracy_mm": 0.8, "samples_per_second": 9},
+                                    {"accuracy": 0.8, "accuracy_mm": 0.7, "samples_per_second": 30})
+    assert drops == pytest.approx({"accuracy": 0.0, "accuracy_mm": 10.0})
+
+
+def test_max_abs_diff_of_rows_and_qa_pairs():
+    a = [np.array([1.0, 2.0]), np.array([0.0, 0.0])]
+    assert quantize.max_abs_diff(a, [x.copy() for x in a]) == 0.0
+    assert quantize.max_abs_diff(a, [a[0], np.array([0.0, -0.25])]) == 0.25
+    qa = [(np.zeros(3), np.ones(3))]
+    assert quantize.max_abs_diff(qa, [(np.zeros(3), np.ones(3) * 2)]) == 1.0
+    assert quantize.max_abs_diff(qa, [(np.zeros(2), np.ones(3))]) == float("inf")
+
+
+def test_missing_artifact_says_what_to_do(tmp_path):
+    with pytest.raises(UserError, match="not a finished INT8 artifact"):
+        quantize.load_quantized(tmp_path)
+
+
+def test_ipex_stack_without_ipex_names_what_to_install(monkeypatch, learned, tmp_path):
+    from workflow.scripts import intel
+
+    monkeypatch.setattr(intel, "installed_versions", lambda: {"torch": torch.__version__, intel.IPEX_MODULE: None,
+                                                              intel.CCL_PACKAGE: None})
+    with pytest.raises(UserError, match="intel-extension-for-pytorch"):
+        quantize.quantize(learned / "model", learned / "tokenized", tmp_path / "int8", "mrpc", 8, stack="ipex")
+
+
+def test_calibration_rows_are_seeded_and_capped():
+    import datasets
+
+    train = datasets.Dataset.from_dict({"input_ids": [[101, i, 102] for i in range(10)], "labels": [0] * 10})
+    rows = quantize.calibration_rows(train, 4)
+    assert rows == quantize.calibration_rows(train, 4) and len(rows) == 4 and set(rows[0]) == {"input_ids"}
+    assert len(quantize.calibration_rows(train, 50)) == 10
