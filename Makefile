@@ -13,11 +13,12 @@ include mk/intel.mk
 venv: $(STAMP)
 
 # torch first, pinned, so nothing can pull the CUDA build in its place.
-$(STAMP): requirements.lock requirements.txt
+$(STAMP): requirements.lock requirements.txt tests/reference/requirements.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q -r requirements.lock
+	$(BIN)/pip download -q --no-deps --require-hashes -r tests/reference/requirements.txt -d $(VENV)/reference
 	touch $(STAMP)
 
 demo: venv

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import resource
 import time
 from pathlib import Path
@@ -34,7 +33,6 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    rank = int(os.environ.get("PMI_RANK", 0))
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     data = datasets.load_from_disk(args.data)
     model = AutoModelForSequenceClassification.from_pretrained(args.model, num_labels=2)
@@ -50,6 +48,7 @@ def main() -> None:
     start = time.perf_counter()
     result = trainer.train()
     seconds = time.perf_counter() - start
+    rank = trainer.args.process_index  # whichever MPI started us (PMI_RANK, OMPI_COMM_WORLD_RANK, ...)
     record = {"rank": rank, "train_samples_per_second": result.metrics["train_samples_per_second"],
               "train_seconds": seconds, "steps": result.global_step,
               "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}

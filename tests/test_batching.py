@@ -107,3 +107,16 @@ def test_pad_collate_keeps_float_labels_and_other_fields():
     assert batch["labels"].tolist() == [0.5, 4.25]
     assert batch["start_positions"].tolist() == [3, 0]
     assert set(batch) == {"input_ids", "labels", "start_positions"}
+
+
+def test_resume_starts_mid_epoch_on_the_same_order():
+    """A resumed run continues the epoch's seeded order without producing the
+    batches it has already trained."""
+    full = epoch(LENGTHS, 8, 2, epoch_no=3)
+    for rank in range(2):
+        sampler = Sampler(LENGTHS, 8, rank, 2)
+        sampler.set_epoch(3, start=17)
+        assert list(sampler) == full[rank][17:]
+        assert len(sampler) == len(full[rank])  # steps per epoch are unchanged
+        sampler.set_epoch(4)
+        assert list(sampler) == epoch(LENGTHS, 8, 2, epoch_no=4)[rank]

@@ -31,10 +31,12 @@ class DistributedLengthGroupedSampler(torch.utils.data.Sampler):
         self.lengths = np.asarray(lengths)
         self.batch_size, self.rank, self.world_size = batch_size, rank, world_size
         self.seed, self.group, self.group_by_length = seed, group, group_by_length
-        self.epoch = 0
+        self.epoch, self.start = 0, 0
 
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
+    def set_epoch(self, epoch: int, start: int = 0) -> None:
+        """Epoch `epoch`'s order, from its batch `start` on (a resumed run
+        skips the batches it already trained without collating them)."""
+        self.epoch, self.start = epoch, start
 
     def __len__(self) -> int:
         return math.ceil(len(self.lengths) / (self.batch_size * self.world_size))
@@ -53,7 +55,7 @@ class DistributedLengthGroupedSampler(torch.utils.data.Sampler):
         return [batches[i] for i in rng.permutation(len(batches))]
 
     def __iter__(self):
-        for batch in self.global_batches():
+        for batch in self.global_batches()[self.start:]:
             start = self.rank * self.batch_size
             yield batch[start:start + self.batch_size].tolist()
 
