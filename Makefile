@@ -48,6 +48,9 @@ test: venv
 clean:
 	rm -rf results logs .snakemake
 
-# Training speed: cpuddp vs the transformers Trainer on the same work (prints a table).
+# Training speed: cpuddp vs the transformers Trainer on the same work (prints a
+# table), then the startup from `snakemake` to the first training step.
+# Accuracy too (3 epochs, ~15 min): .venv/bin/python -m bench.train_bench --accuracy
 bench: venv
-	$(BIN)/python -m bench.train_bench
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m bench.train_bench
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m bench.startup

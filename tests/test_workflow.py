@@ -63,6 +63,7 @@ def test_ranks_stay_synchronized_and_use_their_threads(tiny_run):
     ranks = metrics["ranks"]
     assert [r["rank"] for r in ranks] == [0, 1]
     assert ranks[0]["weights_sha256"] == ranks[1]["weights_sha256"]
+    assert metrics["process_started_at"] < metrics["first_step_at"]  # startup, for bench/startup.py
     # Snakemake gives the job OMP_NUM_THREADS=2 (its threads); each rank must get its own 1.
     assert all(r["omp_num_threads"] == "1" and r["torch_threads"] == 1 for r in ranks)
     for rank in (0, 1):

@@ -20,17 +20,18 @@ class DistributedLengthGroupedSampler(torch.utils.data.Sampler):
     """Yields this rank's micro-batches (lists of indices) for one epoch.
 
     Each epoch: a seeded permutation, cut into mega-batches of
-    `group` global batches, each sorted by length and cut into global
-    batches, whose order is shuffled again. The last global batch is filled
+    `group` global batches, each sorted by length (randomly scaled by up to
+    +-`jitter`, so batch composition changes between epochs) and cut into
+    global batches, whose order is shuffled again. The last global batch is filled
     by wrapping around, as DistributedSampler pads, so all ranks take the
     same number of steps.
     """
 
     def __init__(self, lengths, batch_size: int, rank: int, world_size: int,
-                 seed: int = 0, group: int = 50, group_by_length: bool = True):
+                 seed: int = 0, group: int = 50, group_by_length: bool = True, jitter: float = 0.1):
         self.lengths = np.asarray(lengths)
         self.batch_size, self.rank, self.world_size = batch_size, rank, world_size
-        self.seed, self.group, self.group_by_length = seed, group, group_by_length
+        self.seed, self.group, self.group_by_length, self.jitter = seed, group, group_by_length, jitter
         self.epoch, self.start = 0, 0
 
     def set_epoch(self, epoch: int, start: int = 0) -> None:
@@ -50,7 +51,11 @@ class DistributedLengthGroupedSampler(torch.utils.data.Sampler):
         if self.group_by_length:
             mega = global_size * self.group
             chunks = [order[i:i + mega] for i in range(0, len(order), mega)]
-            order = np.concatenate([c[np.argsort(-self.lengths[c], kind="stable")] for c in chunks])
+            # Lengths jittered by +-jitter: batches still hold similar lengths,
+            # but not the same neighbours every epoch (a fixed sort cost up to
+            # 3.5 points of dev accuracy on MRPC-shaped data, see README).
+            keys = self.lengths * rng.uniform(1 - self.jitter, 1 + self.jitter, size=len(self.lengths))
+            order = np.concatenate([c[np.argsort(-keys[c], kind="stable")] for c in chunks])
         batches = [order[i:i + global_size] for i in range(0, padded, global_size)]
         return [batches[i] for i in rng.permutation(len(batches))]
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import datasets
+import psutil
 import torch
 import torch.distributed as dist
 import transformers
@@ -51,6 +52,7 @@ class Progress:
     losses: list = field(default_factory=list)
     resumed_from_step: int | None = None
     position_at_start: int = 0  # samples already trained before this process started
+    first_step_at: float | None = None  # wall clock (epoch seconds) when this process's first step ended
 
     def position(self) -> dict:
         return {"epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch, "samples": self.samples,
@@ -200,6 +202,7 @@ def run_epochs(t: Trainer, progress: Progress, cfg: dict, env, ckpt_root: Path, 
         t.sampler.set_epoch(progress.epoch, start=progress.batch_in_epoch)  # the order is seeded per epoch
         for index, batch in enumerate(t.loader, start=progress.batch_in_epoch):
             loss = train_step(t, batch)
+            progress.first_step_at = progress.first_step_at or time.time()
             progress.step += 1
             progress.batch_in_epoch = index + 1
             progress.samples += global_batch
@@ -286,6 +289,9 @@ def metrics_record(cfg, info, env, progress: Progress, t: Trainer, ranks: list) 
         "train_samples_per_second": round(trained / max(progress.seconds, 1e-9), 3),
         "final_loss": final_loss(progress),
         "resumed_from_step": progress.resumed_from_step,
+        # Startup: rank 0's process start and first finished step (epoch seconds).
+        "process_started_at": round(psutil.Process().create_time(), 3),
+        "first_step_at": progress.first_step_at and round(progress.first_step_at, 3),
         "allreduce_wait_share": round(sum(r["allreduce_wait_share"] for r in ranks) / len(ranks), 4),
         "peak_rss_mb_per_rank": [r["peak_rss_mb"] for r in ranks],
         "loss_history": progress.losses,
