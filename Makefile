@@ -42,6 +42,7 @@ compare: venv
 	$(BIN)/python -m workflow.scripts.compare $(A) $(B)
 
 test: venv
+	@$(MAKE) --no-print-directory intel-venv-background
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -q tests
 	$(MAKE) --no-print-directory test-intel-optional
 

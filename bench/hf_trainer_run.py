@@ -31,6 +31,7 @@ def main() -> None:
     parser.add_argument("--epochs", type=float, default=1.0)
     parser.add_argument("--lr", type=float, default=2e-5)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--seed", type=int, default=42)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     tokenizer = AutoTokenizer.from_pretrained(args.model)
@@ -41,7 +42,7 @@ def main() -> None:
     training = TrainingArguments(
         output_dir=str(Path(args.out) / "trainer"), per_device_train_batch_size=args.batch_size,
         per_device_eval_batch_size=64, learning_rate=args.lr, num_train_epochs=args.epochs,
-        max_steps=args.steps or -1, save_strategy="no", report_to=[], logging_steps=10, seed=42,
+        max_steps=args.steps or -1, save_strategy="no", report_to=[], logging_steps=10, seed=args.seed,
         use_cpu=True, ddp_backend="gloo", dataloader_num_workers=0, disable_tqdm=True)
     trainer = Trainer(model=model, args=training, train_dataset=data["train"], eval_dataset=data["validation"],
                       data_collator=collator)

@@ -82,22 +82,23 @@ def useful_flops_per_sample(model: str, data: Path) -> float:
     return dense + attention
 
 
-def full_config(model: str, steps: int | None, epochs: float, precision: str = "fp32") -> dict:
+def full_config(model: str, steps: int | None, epochs: float, precision: str = "fp32",
+                seed: int = 42) -> dict:
     return cfg.validate({
         "experiment": "bench", "task": "mrpc", "model": model,
         "train": {"batch_size": 16, "learning_rate": 5e-5 if steps is None else 2e-5, "epochs": epochs,
                   "max_steps": steps, "max_seq_length": 128, "precision": precision, "checkpoint_every": 0,
-                  "log_every": 20},
+                  "log_every": 20, "seed": seed},
         "distributed": {"processes_per_node": 2, "threads_per_process": 1},
     })
 
 
-def run_cpuddp(work: Path, model: str, data: Path, steps, epochs, precision: str) -> dict:
-    config = full_config(model, steps, epochs, precision)
+def run_cpuddp(work: Path, model: str, data: Path, steps, epochs, precision: str, seed: int = 42) -> dict:
+    config = full_config(model, steps, epochs, precision, seed)
     info = environment.describe(config)
     (work / "train.json").write_text(json.dumps(config))
     (work / "env.json").write_text(json.dumps(info))
-    out = work / f"cpuddp-{precision}"
+    out = work / f"cpuddp-{precision}-{seed}"
     program = [sys.executable, "-m", "workflow.scripts.train", "--config", str(work / "train.json"),
                "--environment", str(work / "env.json"), "--data", str(data), "--out", str(out),
                "--log-dir", str(out / "logs")]
@@ -114,13 +115,13 @@ def run_cpuddp(work: Path, model: str, data: Path, steps, epochs, precision: str
     return result
 
 
-def run_trainer(work: Path, model: str, data: Path, pad: str, steps, epochs) -> dict:
+def run_trainer(work: Path, model: str, data: Path, pad: str, steps, epochs, seed: int = 42) -> dict:
     config = full_config(model, steps, epochs)
     info = environment.describe(config)
-    out = work / f"trainer-{pad}"
+    out = work / f"trainer-{pad}-{seed}"
     program = [sys.executable, str(Path(__file__).with_name("hf_trainer_run.py")), "--model", model,
                "--data", str(data), "--out", str(out), "--pad", pad, "--batch-size", "16",
-               "--epochs", str(epochs), "--lr", str(config["train"]["learning_rate"])]
+               "--epochs", str(epochs), "--lr", str(config["train"]["learning_rate"]), "--seed", str(seed)]
     if steps:
         program += ["--steps", str(steps)]
     subprocess.run(launch.build(config, info, program), check=True, capture_output=True)
