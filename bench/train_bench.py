@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from workflow.scripts import config as cfg
-from workflow.scripts import demo_data, environment, launch, tasks
+from workflow.scripts import demo_data, environment, launch, tasks, tune
 from workflow.scripts.load_local import load_local
 from workflow.scripts.modeling import load_tokenizer
 from workflow.scripts.smk_env import prepare_job_environment
@@ -95,15 +95,9 @@ def full_config(model: str, steps: int | None, epochs: float, precision: str = "
 
 def run_cpuddp(work: Path, model: str, data: Path, steps, epochs, precision: str, seed: int = 42) -> dict:
     config = full_config(model, steps, epochs, precision, seed)
-    info = environment.describe(config)
-    (work / "train.json").write_text(json.dumps(config))
-    (work / "env.json").write_text(json.dumps(info))
     out = work / f"cpuddp-{precision}-{seed}"
-    program = [sys.executable, "-m", "workflow.scripts.train", "--config", str(work / "train.json"),
-               "--environment", str(work / "env.json"), "--data", str(data), "--out", str(out),
-               "--log-dir", str(out / "logs")]
-    subprocess.run(launch.build(config, info, program), check=True, capture_output=True)
-    metrics = json.loads((out / "train_metrics.json").read_text())
+    out.mkdir()
+    info, metrics = tune.train_once(config, str(data), out, "cpuddp bench run")
     result = {"train_samples_per_second": metrics["train_samples_per_second"], "precision": info["precision"],
               "peak_rss_mb": metrics["peak_rss_mb_per_rank"],
               "allreduce_wait_share": metrics["allreduce_wait_share"]}

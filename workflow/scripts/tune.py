@@ -32,8 +32,8 @@ def burst_config(config: dict, ranks: int, threads: int, steps: int) -> dict:
     return burst
 
 
-def measure(config: dict, data: str, work: Path) -> float:
-    """Training samples/s of one short run (its first steps excluded)."""
+def train_once(config: dict, data: str, work: Path, what: str = "tuning burst") -> tuple[dict, dict]:
+    """One training run of `config` launched like the workflow's: (environment, train_metrics)."""
     info = environment.describe(config)
     (work / "train.json").write_text(json.dumps(config))
     (work / "env.json").write_text(json.dumps(info))
@@ -42,9 +42,14 @@ def measure(config: dict, data: str, work: Path) -> float:
                "--log-dir", str(work / "logs")]
     done = subprocess.run(launch.build(config, info, program), capture_output=True, text=True)
     if done.returncode != 0:
-        raise UserError(f"tuning burst failed with {config['distributed']['processes_per_node']} ranks; "
+        raise UserError(f"{what} failed with {config['distributed']['processes_per_node']} ranks; "
                         f"see {work / 'logs'}")
-    return read_json(work / "train_metrics.json")["train_samples_per_second"]
+    return info, read_json(work / "train_metrics.json")
+
+
+def measure(config: dict, data: str, work: Path) -> float:
+    """Training samples/s of one short run."""
+    return train_once(config, data, work)[1]["train_samples_per_second"]
 
 
 def tune(config: dict, data: str, steps: int, keep: Path) -> dict:
