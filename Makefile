@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test bench clean report compare
+.PHONY: venv demo test test-teardown bench clean report compare
 
 include mk/cluster.mk
 include mk/intel.mk
@@ -45,6 +45,15 @@ test: venv
 	@$(MAKE) --no-print-directory intel-venv-background
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -q tests
 	$(MAKE) --no-print-directory test-intel-optional
+
+# The exit-time deadlock was a race: many 2-rank trainings in a row, gloo and
+# ccl, in the default env and the Intel env (about 7 s each; RUNS=30: ~15 min).
+RUNS ?= 30
+test-teardown: venv intel-venv
+	CPUDDP_TEARDOWN_RUNS=$(RUNS) PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -q -s \
+		tests/test_teardown.py -k always_end
+	CPUDDP_TEARDOWN_RUNS=$(RUNS) CPUDDP_INTEL_STACK=1 PATH=$(INTEL_BIN):$$PATH $(INTEL_BIN)/python -m pytest -q -s \
+		tests/test_teardown.py -k always_end
 
 clean:
 	rm -rf results logs .snakemake

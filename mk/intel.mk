@@ -41,7 +41,7 @@ $(INTEL_STAMP):
 
 test-intel: intel-venv
 	CPUDDP_INTEL_STACK=1 PATH=$(INTEL_BIN):$$PATH $(INTEL_BIN)/python -m pytest -q \
-		tests/test_intel.py tests/test_intel_stack.py
+		tests/test_intel.py tests/test_intel_stack.py tests/test_teardown.py
 
 # `make test` starts building the Intel env (5-6 min, mostly download and
 # unpacking) while the main suite runs; flock lets one build run at a time,

@@ -22,7 +22,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from workflow.scripts import intel
+from workflow.scripts import intel, supervise
 from workflow.scripts.errors import UserError, run_cli
 from workflow.scripts.hostfile import check_nodes, read_hostfile  # noqa: F401  (re-exported)
 
@@ -299,46 +299,6 @@ def slurm_cpus(dist: dict) -> int | None:
     return threads if isinstance(threads, int) else None
 
 
-def rank_host(log_dir, rank: int) -> str:
-    """The host a rank ran on, from its log's line prefix."""
-    path = Path(log_dir) / f"rank{rank}.log"
-    match = re.search(r"\[rank \d+ (\S+)\]", path.read_text()) if path.is_file() else None
-    return match.group(1) if match else "unknown host"
-
-
-def rank_failures(log_dir, world: int) -> list[tuple[int, str]]:
-    """(rank, what happened) for failed ranks, root causes first: a rank that
-    died leaves no exit status, and its peers then fail on the broken link."""
-    died, failed = [], []
-    for rank in range(world):
-        path = Path(log_dir) / f"rank{rank}.exit"
-        if not path.is_file():
-            died.append((rank, f"rank {rank} on {rank_host(log_dir, rank)} died without an exit status "
-                               "(killed, out of memory or node lost)"))
-            continue
-        status = json.loads(path.read_text())
-        if status["status"] != "ok":
-            failed.append((rank, f"rank {rank} on {status['host']} failed: {status['error']}"))
-    return died + failed
-
-
-def log_tail(log_dir, rank: int, lines: int = 20) -> str:
-    path = Path(log_dir) / f"rank{rank}.log"
-    if not path.is_file():
-        return f"(no log {path})"
-    return "\n".join(path.read_text().splitlines()[-lines:])
-
-
-def report_failure(code: int, log_dir, world: int) -> UserError:
-    failures = rank_failures(log_dir, world) if log_dir else []
-    if not failures:
-        return UserError(f"mpirun failed (exit code {code}) before the ranks started; see the lines above")
-    rank, message = failures[0]
-    log = Path(log_dir) / f"rank{rank}.log"
-    print(f"--- last lines of {log} ---\n{log_tail(log_dir, rank)}", file=sys.stderr)
-    return UserError(f"{message}; log: {log}")
-
-
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--config", required=True, help="run configuration JSON")
@@ -349,13 +309,21 @@ def main(argv=None) -> None:
     program = args.program[1:] if args.program[:1] == ["--"] else args.program
     config = json.loads(Path(args.config).read_text())
     info = json.loads(Path(args.environment).read_text())
+    run(config, info, program, args.log_dir)
+
+
+def run(config: dict, info: dict, program: list[str], log_dir=None, quiet: bool = False) -> None:
+    """Start `program` on every rank and wait, with the ranks' exit bounded
+    (supervise.py); raises the one line that says what went wrong."""
+    dist = config["distributed"]
+    world = dist["nodes"] * dist["processes_per_node"]
     with tempfile.TemporaryDirectory(prefix="cpuddp-launch-") as workdir:
         command = build(config, info, program, workdir)
-        print("launch: " + " ".join(command), file=sys.stderr, flush=True)
-        code = subprocess.run(command, env=launch_env(config, info)).returncode
-    if code != 0:
-        world = config["distributed"]["nodes"] * config["distributed"]["processes_per_node"]
-        raise report_failure(code, args.log_dir, world)
+        if not quiet:
+            print("launch: " + " ".join(command), file=sys.stderr, flush=True)
+        code, stuck = supervise.run(command, launch_env(config, info), log_dir, world,
+                                    dist["exit_grace_seconds"], quiet)
+    supervise.judge(code, stuck, log_dir, world, dist["exit_grace_seconds"])
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ import transformers
 from torch.nn.parallel import DistributedDataParallel as DDP
 from transformers import get_linear_schedule_with_warmup
 
-from workflow.scripts import checkpoint, dist_env, intel, logs, tasks
+from workflow.scripts import checkpoint, dist_env, intel, logs, process_group, tasks
 from workflow.scripts.atomic import atomic_dir, write_json
 from workflow.scripts.batching import DistributedLengthGroupedSampler, pad_collate
 from workflow.scripts.comm import CommTimer
@@ -71,15 +71,6 @@ class Trainer:
     autocast: object
     comm: CommTimer
     total_steps: int
-
-
-def init_distributed(backend: str, env: dist_env.DistEnv, timeout_minutes: float) -> None:
-    if backend == "ccl":
-        import oneccl_bindings_for_pytorch  # noqa: F401  registers the ccl backend
-    dist.init_process_group(
-        backend, rank=env.rank, world_size=env.world_size,
-        timeout=datetime.timedelta(minutes=timeout_minutes),
-    )
 
 
 def make_loader(split, batch_size: int, env: dist_env.DistEnv, seed: int, pad_id: int):
@@ -299,7 +290,30 @@ def metrics_record(cfg, info, env, progress: Progress, t: Trainer, ranks: list) 
     }
 
 
-def train(cfg: dict, info: dict, data_dir: str, out_dir: Path, log_dir: str) -> None:
+def train_and_save(cfg: dict, info: dict, data_dir: str, out_dir: Path, env, log) -> None:
+    """Build, train and save; everything that holds the process group is a
+    local here, released when this returns (before the group is left)."""
+    threads = int(info["threads_per_process"])
+    t, tokenizer = build(cfg, info, data_dir, env, log)
+    ckpt_root, fp = out_dir / "checkpoints", fingerprint(cfg, env.world_size)
+    progress = Progress()
+    resume(t, progress, env, ckpt_root, fp, log)
+    run_epochs(t, progress, cfg, env, ckpt_root, fp, log)
+    ranks = [None] * env.world_size
+    dist.all_gather_object(ranks, rank_record(env, t.model, threads, t.comm))
+    if env.is_main:
+        record = metrics_record(cfg, info, env, progress, t, ranks)
+        model = intel.plain_model(t.model) if info.get("ipex") else t.model  # fp32, not IPEX's bf16
+        save_model(model, tokenizer, out_dir / "model")
+        write_json(out_dir / "train_metrics.json", record)
+        shutil.rmtree(ckpt_root, ignore_errors=True)  # only a failed run needs them
+        log.info(f"done: {progress.step} steps in {progress.seconds:.1f}s, "
+                 f"{record['train_samples_per_second']:.1f} samples/s, final loss {record['final_loss']:.4f}, "
+                 f"all-reduce wait {100 * record['allreduce_wait_share']:.1f}% of step time")
+    dist.barrier()  # the last collective: every rank's results are complete after it
+
+
+def train(cfg: dict, info: dict, data_dir: str, out_dir: Path, log_dir: str, status: logs.RankStatus) -> None:
     env = dist_env.read()
     log = logs.setup(log_dir, env.rank)
     threads = int(info["threads_per_process"])
@@ -307,27 +321,11 @@ def train(cfg: dict, info: dict, data_dir: str, out_dir: Path, log_dir: str) -> 
     log.info(f"rank {env.rank}/{env.world_size} via {env.launcher}; backend {info['backend']}; "
              f"precision {info['precision']}; {threads} threads (OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')})")
     log.info(intel.prepare_rank(info))  # every node checks its own versions
-    init_distributed(info["backend"], env, cfg["distributed"]["timeout_minutes"])
-    try:
-        t, tokenizer = build(cfg, info, data_dir, env, log)
-        ckpt_root, fp = out_dir / "checkpoints", fingerprint(cfg, env.world_size)
-        progress = Progress()
-        resume(t, progress, env, ckpt_root, fp, log)
-        run_epochs(t, progress, cfg, env, ckpt_root, fp, log)
-        ranks = [None] * env.world_size
-        dist.all_gather_object(ranks, rank_record(env, t.model, threads, t.comm))
-        if env.is_main:
-            record = metrics_record(cfg, info, env, progress, t, ranks)
-            model = intel.plain_model(t.model) if info.get("ipex") else t.model  # fp32, not IPEX's bf16
-            save_model(model, tokenizer, out_dir / "model")
-            write_json(out_dir / "train_metrics.json", record)
-            shutil.rmtree(ckpt_root, ignore_errors=True)  # only a failed run needs them
-            log.info(f"done: {progress.step} steps in {progress.seconds:.1f}s, "
-                     f"{record['train_samples_per_second']:.1f} samples/s, final loss {record['final_loss']:.4f}, "
-                     f"all-reduce wait {100 * record['allreduce_wait_share']:.1f}% of step time")
-        dist.barrier()
-    finally:
-        dist.destroy_process_group()
+    dist_cfg = cfg["distributed"]
+    with process_group.joined(info["backend"], env.rank, env.world_size, dist_cfg["timeout_minutes"]):
+        train_and_save(cfg, info, data_dir, out_dir, env, log)
+        # A rank's own bound on teardown, a little after the launcher's.
+        status.trained(exit_within=dist_cfg["exit_grace_seconds"] + 10)
 
 
 def main(argv=None) -> None:
@@ -340,8 +338,8 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     cfg = json.loads(Path(args.config).read_text())
     info = json.loads(Path(args.environment).read_text())
-    with logs.exit_status(args.log_dir, dist_env.read().rank):
-        train(cfg, info, args.data, Path(args.out), args.log_dir)
+    with logs.exit_status(args.log_dir, dist_env.read().rank) as status:
+        train(cfg, info, args.data, Path(args.out), args.log_dir, status)
 
 
 if __name__ == "__main__":

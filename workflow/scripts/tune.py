@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -40,10 +39,10 @@ def train_once(config: dict, data: str, work: Path, what: str = "tuning burst") 
     program = [sys.executable, "-m", "workflow.scripts.train", "--config", str(work / "train.json"),
                "--environment", str(work / "env.json"), "--data", data, "--out", str(work),
                "--log-dir", str(work / "logs")]
-    done = subprocess.run(launch.build(config, info, program), capture_output=True, text=True)
-    if done.returncode != 0:
-        raise UserError(f"{what} failed with {config['distributed']['processes_per_node']} ranks; "
-                        f"see {work / 'logs'}")
+    try:
+        launch.run(config, info, program, work / "logs", quiet=True)
+    except UserError as err:
+        raise UserError(f"{what} failed with {config['distributed']['processes_per_node']} ranks: {err}")
     return info, read_json(work / "train_metrics.json")
 
 
