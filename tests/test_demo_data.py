@@ -1,4 +1,4 @@
-"""Tests for workflow.scripts.demo_data (demo MRPC / SQuAD generators)."""
+"""Tests for workflow.scripts.data.demo (demo MRPC / SQuAD generators)."""
 
 import csv
 import json
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from workflow.scripts import demo_data
+from workflow.scripts.data import demo as demo_data
 
 REPO = Path(__file__).resolve().parents[1]
 HEADER = ["Quality", "#1 ID", "#2 ID", "#1 String", "#2 String"]
@@ -129,7 +129,7 @@ def test_squad_train_dev_disjoint(squad):
 ])
 def test_cli_writes_files(tmp_path, task, files):
     def run(out, hash_seed):  # a different PYTHONHASHSEED must not change the output
-        cmd = [sys.executable, "-m", "workflow.scripts.demo_data", "--task", task, "--out", str(out),
+        cmd = [sys.executable, "-m", "workflow.scripts.data.demo", "--task", task, "--out", str(out),
                "--train", "40", "--dev", "12", "--seed", "5"]
         env = {**os.environ, "PYTHONHASHSEED": hash_seed}
         subprocess.run(cmd, cwd=REPO, env=env, check=True, capture_output=True)

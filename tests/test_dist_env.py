@@ -2,7 +2,7 @@
 
 import pytest
 
-from workflow.scripts.dist_env import DistEnv, read
+from workflow.scripts.launch.ranks import DistEnv, read
 
 
 def test_intel_mpi_and_mpich():

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from workflow.scripts import config as cfg
-from workflow.scripts import environment, hardware
-from workflow.scripts.errors import UserError
+from workflow.scripts.common import config as cfg
+from workflow.scripts.nodes import describe as environment
+from workflow.scripts.common import hardware
+from workflow.scripts.common.errors import UserError
 
 BIN = Path(sys.executable).parent
 

@@ -17,8 +17,12 @@ import pytest
 
 from conftest import snakemake, write_config
 from native_files import write_native
-from workflow.scripts import config as cfg
-from workflow.scripts import data, environment, evaluate, tasks, tokenize_data, train
+from workflow.scripts.common import config as cfg
+from workflow.scripts.data import load as data, tokenize as tokenize_data
+from workflow.scripts.nodes import describe as environment
+from workflow.scripts.infer import evaluate
+from workflow.scripts.common import tasks
+from workflow.scripts.train import rank as train
 
 N_TRAIN, N_DEV = 48, 16
 METRIC_KEYS = {

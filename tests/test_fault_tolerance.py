@@ -22,7 +22,7 @@ def long_experiment(work: Path, model: Path) -> Path:
     """About 200 steps of the tiny model, a checkpoint every 20."""
     configfile = tiny_experiment(work, model, epochs=10, checkpoint_every=20)
     config = yaml.safe_load(configfile.read_text())
-    from workflow.scripts import demo_data
+    from workflow.scripts.data import demo as demo_data
 
     demo_data.write_mrpc_demo(work / "mrpc", n_train=320, n_dev=40, seed=1)
     return write_config(configfile, config)
@@ -38,7 +38,7 @@ def rank_pid(rank: int, timeout: float = 60) -> int:
                 env = (proc / "environ").read_bytes().split(b"\0")
             except (OSError, ValueError):
                 continue
-            if b"workflow.scripts.train" in cmd and f"PMI_RANK={rank}".encode() in env:
+            if b"workflow.scripts.train.rank" in cmd and f"PMI_RANK={rank}".encode() in env:
                 return int(proc.name)
         time.sleep(0.05)
     raise AssertionError(f"no training rank {rank} found")

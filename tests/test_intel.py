@@ -15,9 +15,11 @@ import yaml
 
 from conftest import snakemake, write_config
 
-from workflow.scripts import config as cfg
-from workflow.scripts import environment, intel, launch
-from workflow.scripts.errors import UserError
+from workflow.scripts.common import config as cfg
+from workflow.scripts.nodes import describe as environment
+from workflow.scripts.common import intel
+from workflow.scripts.launch import command as launch
+from workflow.scripts.common.errors import UserError
 
 HAS_IPEX = intel.installed_versions()[intel.IPEX_MODULE] is not None
 needs_ipex = pytest.mark.skipif(not HAS_IPEX, reason="IPEX is not installed here; `make test-intel` runs this")

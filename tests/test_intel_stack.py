@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from conftest import snakemake, write_config
-from workflow.scripts import demo_data, hardware, intel
+from workflow.scripts.data import demo as demo_data
+from workflow.scripts.common import hardware, intel
 
 pytestmark = pytest.mark.skipif(os.environ.get("CPUDDP_INTEL_STACK") != "1",
                                 reason="needs the Intel env (torch 2.8 + IPEX 2.8): run `make test-intel`")

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from workflow.scripts import config as cfg
-from workflow.scripts import environment, launch
-from workflow.scripts.errors import UserError
+from workflow.scripts.common import config as cfg
+from workflow.scripts.nodes import describe as environment
+from workflow.scripts.launch import command as launch
+from workflow.scripts.common.errors import UserError
 
 BIN = Path(sys.executable).parent
 INTEL = "Intel(R) MPI Library for Linux* OS, Version 2021.17 Build 20251215 (id: 2ac2f63)\n" \
@@ -224,7 +225,7 @@ def test_build_with_hostfile(tmp_path):
     assert genv["OMP_NUM_THREADS"] == "6"
     assert launch.is_local_address("127.0.0.1") and 0 < int(genv["MASTER_PORT"]) < 65536
     # launcher options, then each rank binds itself to its cores and runs the program
-    assert argv[-10:] == ["-iface", "eth1", sys.executable, "-m", "workflow.scripts.nodes", "pin",
+    assert argv[-10:] == ["-iface", "eth1", sys.executable, "-m", "workflow.scripts.nodes.check", "pin",
                           "--threads", "6", "--", "prog"]
 
 

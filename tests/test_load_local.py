@@ -5,8 +5,8 @@ import json
 import datasets
 import pytest
 
-from workflow.scripts import load_local as ll
-from workflow.scripts.tasks import get_task
+from workflow.scripts.data import sources as ll
+from workflow.scripts.common.tasks import get_task
 
 
 def write(path, text, encoding="utf-8"):

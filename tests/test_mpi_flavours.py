@@ -21,8 +21,9 @@ import yaml
 
 from conftest import BIN, REPO, write_config
 from test_workflow import tiny_experiment
-from workflow.scripts import config as cfg
-from workflow.scripts import launch, nodes
+from workflow.scripts.common import config as cfg
+from workflow.scripts.launch import command as launch
+from workflow.scripts.nodes import check as nodes
 
 DEBIAN = {"mpich": "/usr/bin/mpirun.mpich", "openmpi": "/usr/bin/mpirun.openmpi"}
 FLAVOURS = ["intel", "mpich", "openmpi"]

@@ -22,8 +22,9 @@ import pytest
 import yaml
 
 from conftest import BIN, REPO, write_config
-from workflow.scripts import demo_data, nodes
-from workflow.scripts.errors import UserError
+from workflow.scripts.data import demo as demo_data
+from workflow.scripts.nodes import check as nodes
+from workflow.scripts.common.errors import UserError
 
 sys.path.insert(0, str(REPO / "tests" / "netns"))
 import hosts as netns  # noqa: E402
@@ -104,7 +105,7 @@ def test_pin_binds_a_rank(tmp_path):
     out = tmp_path / "affinity"
     env = {**os.environ, "PMI_RANK": "1", "PMI_SIZE": "2", "MPI_LOCALRANKID": "1", "MPI_LOCALNRANKS": "2"}
     program = [sys.executable, "-c", f"import os; open({str(out)!r}, 'w').write(repr(sorted(os.sched_getaffinity(0))))"]
-    subprocess.run([sys.executable, "-m", "workflow.scripts.nodes", "pin", "--threads", "1", "--", *program],
+    subprocess.run([sys.executable, "-m", "workflow.scripts.nodes.check", "pin", "--threads", "1", "--", *program],
                    check=True, env=env, cwd=REPO, timeout=60)
     expected = nodes.rank_cpus(1, 2, 1, nodes.physical_cores())
     assert eval(out.read_text()) == sorted(expected or os.sched_getaffinity(0))
@@ -152,7 +153,7 @@ def cluster_file(work: Path, hostnames: list[str], **dist) -> Path:
 
 
 def check_config(work: Path, cluster_path: Path) -> Path:
-    from workflow.scripts import config as cfg
+    from workflow.scripts.common import config as cfg
 
     config = cfg.validate({"experiment": "x", "task": "mrpc", "model": "m", "train": {"precision": "fp32"},
                            **yaml.safe_load(cluster_path.read_text())})
@@ -166,7 +167,7 @@ def run_check(cluster_setup, hostnames, cwd=REPO, timeout=180, **dist):
     config = check_config(work, cluster_file(work, hostnames, **dist))
     out = work / f"env-{config.stem}.json"
     started = time.time()
-    done = subprocess.run(on_host(hosts[0], [sys.executable, "-m", "workflow.scripts.nodes", "check",
+    done = subprocess.run(on_host(hosts[0], [sys.executable, "-m", "workflow.scripts.nodes.check", "check",
                                              "--config", str(config), "--out", str(out)]),
                           capture_output=True, text=True, cwd=cwd, timeout=timeout,
                           env=host_env(mapping, PYTHONPATH=str(cwd)))
@@ -290,13 +291,13 @@ def test_setup_nodes_gives_a_node_without_the_workflow_a_copy(cluster, tmp_path)
     assert "No module named 'workflow'" in before.stderr
 
     config = check_config(work, cluster_file(work, names))
-    setup = subprocess.run(on_host(hosts[0], [sys.executable, "-m", "workflow.scripts.nodes", "setup",
+    setup = subprocess.run(on_host(hosts[0], [sys.executable, "-m", "workflow.scripts.nodes.check", "setup",
                                               "--config", str(config), "--timeout", "120"]),
                            capture_output=True, text=True, cwd=src, timeout=180,
                            env=host_env(mapping, PYTHONPATH=str(src)))
     assert setup.returncode == 0, setup.stderr[-3000:]
     assert f"node {hosts[0].name}: workflow copy in {src} (0 files written)" in setup.stderr  # already there
-    assert "node bare: workflow copy" in setup.stderr and (disk / "workflow/scripts/nodes.py").is_file()
+    assert "node bare: workflow copy" in setup.stderr and (disk / "workflow/scripts/nodes/check.py").is_file()
 
     after, out, _ = run_check(cluster, names, cwd=src)
     assert after.returncode == 0, after.stderr[-3000:]

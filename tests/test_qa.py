@@ -4,7 +4,7 @@ through the real (offline) BERT tokenizer."""
 import numpy as np
 import pytest
 
-from workflow.scripts import qa
+from workflow.scripts.infer import qa
 
 CONTEXT = "Hello brave new world"
 # Characters: Hello [0,5) brave [6,11) new [12,15) world [16,21).

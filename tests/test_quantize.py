@@ -11,8 +11,9 @@ import yaml
 
 from conftest import snakemake, write_config
 from test_workflow import tiny_experiment
-from workflow.scripts import evaluate, quantize, tasks
-from workflow.scripts.errors import UserError
+from workflow.scripts.infer import evaluate, quantize
+from workflow.scripts.common import tasks
+from workflow.scripts.common.errors import UserError
 
 MRPC = tasks.get_task("mrpc")
 
@@ -111,7 +112,7 @@ def learned(tmp_path_factory, tiny_model_dir):
     import datasets
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-    from workflow.scripts.batching import pad_collate
+    from workflow.scripts.train.batching import pad_collate
 
     out = tmp_path_factory.mktemp("learned")
     rng = np.random.default_rng(0)
@@ -213,7 +214,7 @@ def test_missing_artifact_says_what_to_do(tmp_path):
 
 
 def test_ipex_stack_without_ipex_names_what_to_install(monkeypatch, learned, tmp_path):
-    from workflow.scripts import intel
+    from workflow.scripts.common import intel
 
     monkeypatch.setattr(intel, "installed_versions", lambda: {"torch": torch.__version__, intel.IPEX_MODULE: None,
                                                               intel.CCL_PACKAGE: None})

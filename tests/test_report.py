@@ -14,8 +14,8 @@ import pytest
 
 from conftest import snakemake
 from test_sweep import EXPERIMENT, RUNS, sweep_run  # noqa: F401  (shared sweep fixture)
-from workflow.scripts import plots
-from workflow.scripts.atomic import write_json
+from workflow.scripts.report import render as plots
+from workflow.scripts.common.atomic import write_json
 
 PNG = b"\x89PNG\r\n\x1a\n"
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

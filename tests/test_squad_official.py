@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from workflow.scripts import demo_data, metrics
+from workflow.scripts.data import demo as demo_data
+from workflow.scripts.infer import metrics
 
 WHEEL = "allennlp_models-2.10.1-py3-none-any.whl"
 

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from workflow.scripts import summary
-from workflow.scripts.atomic import atomic_dir, read_json, write_json
+from workflow.scripts.report import summary
+from workflow.scripts.common.atomic import atomic_dir, read_json, write_json
 
 # The summary entry of DESIGN.md, "Results that users and tests read".
 DESIGN_FIELDS = {"run", "nodes", "processes_per_node", "world_size", "threads_per_process", "backend", "mpi",

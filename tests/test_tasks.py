@@ -4,7 +4,7 @@ import dataclasses
 
 import pytest
 
-from workflow.scripts import tasks
+from workflow.scripts.common import tasks
 
 GLUE = ("cola", "sst2", "mrpc", "qqp", "stsb", "mnli", "qnli", "rte", "wnli")
 

@@ -21,9 +21,13 @@ import torch.distributed as dist
 from test_every_task import experiment, free_port
 from test_intel import stand_in_ccl
 from native_files import write_native
-from workflow.scripts import config as cfg
-from workflow.scripts import data, environment, intel, launch, logs, process_group, supervise, tokenize_data, train
-from workflow.scripts.errors import UserError
+from workflow.scripts.common import config as cfg
+from workflow.scripts.data import load as data, tokenize as tokenize_data
+from workflow.scripts.nodes import describe as environment
+from workflow.scripts.common import intel, logs
+from workflow.scripts.launch import command as launch, supervise
+from workflow.scripts.train import process_group, rank as train
+from workflow.scripts.common.errors import UserError
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -103,7 +107,7 @@ def test_a_failed_training_also_releases_ddp_first(tokenized, tmp_path, one_rank
 # finishes; rank 1 hangs after (or before) writing its results.
 STUCK_RANK = """
 import os, sys, time
-from workflow.scripts import logs
+from workflow.scripts.common import logs
 
 def stuck_in_teardown():
     time.sleep(3600)
@@ -200,7 +204,7 @@ def test_two_rank_trainings_always_end(backend, tokenized, tmp_path, monkeypatch
     seconds = []
     for attempt in range(STRESS_RUNS):
         work = tmp_path / f"run{attempt}"
-        program = [sys.executable, "-m", "workflow.scripts.train", "--config", str(conf), "--environment",
+        program = [sys.executable, "-m", "workflow.scripts.train.rank", "--config", str(conf), "--environment",
                    str(info), "--data", str(data_dir), "--out", str(work), "--log-dir", str(work / "logs")]
         started = time.monotonic()
         command = launch.build(config, described, program, tmp_path)

@@ -6,7 +6,7 @@ import json
 
 from conftest import snakemake
 from test_workflow import tiny_experiment
-from workflow.scripts import tune
+from workflow.scripts.train import tune
 
 
 def test_layouts_split_the_cores():
@@ -37,7 +37,7 @@ def test_tune_target_measures_every_layout(tmp_path, tiny_model_dir):
 
 
 def test_tuned_layout_is_applied_or_asked_for(tmp_path):
-    from workflow.scripts import config as cfg
+    from workflow.scripts.common import config as cfg
 
     def runs():
         return {"default": {"distributed": {"processes_per_node": 2, "threads_per_process": "tuned"}}}

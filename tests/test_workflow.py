@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from conftest import BIN, REPO, snakemake, write_config
-from workflow.scripts import demo_data
+from workflow.scripts.data import demo as demo_data
 
 SUMMARY_KEYS = {
     "run", "nodes", "processes_per_node", "world_size", "threads_per_process", "backend", "mpi",

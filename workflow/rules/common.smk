@@ -5,8 +5,8 @@ import json
 import re
 import sys
 
-from workflow.scripts import config as cfg
-from workflow.scripts.smk_env import prepare_job_environment
+from workflow.scripts.common import config as cfg
+from workflow.scripts.common.snakemake_env import prepare_job_environment
 
 prepare_job_environment(workflow.basedir)
 

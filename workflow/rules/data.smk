@@ -16,7 +16,7 @@ if (CONFIG["data"] or {}).get("generate"):
         conda:
             "../../envs/cpuddp.yaml"
         shell:
-            "python -m workflow.scripts.demo_data --task {params.task} --out $(dirname {output.train:q})"
+            "python -m workflow.scripts.data.demo --task {params.task} --out $(dirname {output.train:q})"
             " --train {params.settings[train]} --dev {params.settings[validation]}"
             " --seed {params.settings[seed]} 2> {log}"
 
@@ -32,7 +32,7 @@ rule data_load:
     conda:
         "../../envs/cpuddp.yaml"
     shell:
-        "python -m workflow.scripts.data --config {input.cfg} --out {output} 2> {log}"
+        "python -m workflow.scripts.data.load --config {input.cfg} --out {output} 2> {log}"
 
 
 rule data_tokenize:
@@ -46,5 +46,5 @@ rule data_tokenize:
     conda:
         "../../envs/cpuddp.yaml"
     shell:
-        "python -m workflow.scripts.tokenize_data --config {input.cfg} --data {input.raw}"
+        "python -m workflow.scripts.data.tokenize --config {input.cfg} --data {input.raw}"
         " --out {output} 2> {log}"

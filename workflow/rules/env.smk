@@ -1,6 +1,6 @@
 # Per-stage configuration files (rewritten only when their slice changes)
 # and the environment check of each run.
-from workflow.scripts import launch
+from workflow.scripts.launch import command as launch
 
 
 rule config_shared:
@@ -39,7 +39,7 @@ rule environment_check:
     log:
         "logs/environment_check/{experiment}/{run}.log",
     # One rank per node, through the launcher that trains: every node must
-    # agree on versions and workflow revision (workflow/scripts/nodes.py).
+    # agree on versions and workflow revision (workflow/scripts/nodes/check.py).
     resources:
         mpi=lambda wc: int(launch.per_node_job(RUNS[wc.run]["distributed"])),
         nodes=lambda wc: RUNS[wc.run]["distributed"]["nodes"],
@@ -48,7 +48,7 @@ rule environment_check:
     conda:
         "../../envs/cpuddp.yaml"
     shell:
-        "python -m workflow.scripts.nodes check --config {input.cfg} --out {output} 2> {log}"
+        "python -m workflow.scripts.nodes.check check --config {input.cfg} --out {output} 2> {log}"
 
 
 # On request only (`snakemake --profile profiles/xeon setup_nodes`): where the
@@ -64,4 +64,4 @@ rule setup_nodes:
     conda:
         "../../envs/cpuddp.yaml"
     shell:
-        "python -m workflow.scripts.nodes setup --config {input.cfg} 2> {log}"
+        "python -m workflow.scripts.nodes.check setup --config {input.cfg} 2> {log}"

@@ -16,5 +16,5 @@ rule evaluate_fp32:
     conda:
         "../../envs/cpuddp.yaml"
     shell:
-        "python -m workflow.scripts.evaluate --config {input.cfg} --environment {input.env}"
+        "python -m workflow.scripts.infer.evaluate --config {input.cfg} --environment {input.env}"
         " --model {input.model} --data {input.data} --raw {input.raw} --out {output} 2> {log}"

@@ -40,7 +40,7 @@ rule quantize_static:
     conda:
         "../../envs/cpuddp.yaml"
     shell:
-        "python -m workflow.scripts.quantize --config {input.cfg} --model {input.model}"
+        "python -m workflow.scripts.infer.quantize --config {input.cfg} --model {input.model}"
         " --data {input.data} --out {output} 2> {log}"
 
 
@@ -62,6 +62,6 @@ rule evaluate_int8:
     conda:
         "../../envs/cpuddp.yaml"
     shell:
-        "python -m workflow.scripts.evaluate --int8 --config {input.cfg} --environment {input.env}"
+        "python -m workflow.scripts.infer.evaluate --int8 --config {input.cfg} --environment {input.env}"
         " --model {input.model} --data {input.data} --raw {input.raw} --fp32-metrics {input.fp32}"
         " --max-accuracy-drop {params.max_drop} --out {output} 2> {log}"

@@ -88,7 +88,7 @@ rule report_summary:
     conda:
         "../../envs/cpuddp.yaml"
     shell:
-        "python -m workflow.scripts.summary --experiment {params.experiment:q} --results {params.results:q}"
+        "python -m workflow.scripts.report.summary --experiment {params.experiment:q} --results {params.results:q}"
         " {params.runs:q} --out {output.summary} 2> {log}"
-        " && python -m workflow.scripts.plots --summary {output.summary} --config {input.cfg}"
+        " && python -m workflow.scripts.report.render --summary {output.summary} --config {input.cfg}"
         " --results {params.results:q} --out-dir {params.report_dir:q} 2>> {log}"

@@ -29,9 +29,9 @@ rule train_ddp:
     conda:
         "../../envs/cpuddp.yaml"
     shell:
-        "python -m workflow.scripts.launch --config {input.cfg} --environment {input.env}"
+        "python -m workflow.scripts.launch.command --config {input.cfg} --environment {input.env}"
         " --log-dir {params.rank_logs} --"
-        " python -m workflow.scripts.train --config {input.cfg} --environment {input.env}"
+        " python -m workflow.scripts.train.rank --config {input.cfg} --environment {input.env}"
         " --data {input.data} --out {params.run_dir} --log-dir {params.rank_logs} 2>&1 | tee {log}"
 
 
@@ -52,7 +52,7 @@ rule tune_layout:
     conda:
         "../../envs/cpuddp.yaml"
     shell:
-        "python -m workflow.scripts.tune --config {input.cfg} --data {input.data} --out {output} 2> {log}"
+        "python -m workflow.scripts.train.tune --config {input.cfg} --data {input.data} --out {output} 2> {log}"
 
 
 rule tune:

@@ -8,8 +8,8 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForQuestionAnswering, AutoModelForSequenceClassification, AutoTokenizer
 
-from workflow.scripts import tasks
-from workflow.scripts.errors import UserError
+from workflow.scripts.common import tasks
+from workflow.scripts.common.errors import UserError
 
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
                 "pytorch_model.bin.index.json")

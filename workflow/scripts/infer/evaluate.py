@@ -13,11 +13,12 @@ import numpy as np
 import torch
 import transformers
 
-from workflow.scripts import hardware, intel, metrics, qa, tasks
-from workflow.scripts.atomic import write_json
-from workflow.scripts.batching import PAD_KEYS, pad_collate
-from workflow.scripts.errors import run_cli
-from workflow.scripts.modeling import autocast_for
+from workflow.scripts.common import hardware, intel, tasks
+from workflow.scripts.infer import metrics, qa
+from workflow.scripts.common.atomic import write_json
+from workflow.scripts.train.batching import PAD_KEYS, pad_collate
+from workflow.scripts.common.errors import run_cli
+from workflow.scripts.common.modeling import autocast_for
 
 datasets.disable_progress_bars()
 transformers.utils.logging.disable_progress_bar()
@@ -29,7 +30,7 @@ LATENCY_WARMUP = 5
 def load_for_eval(model_dir: str, task: tasks.Task, int8: bool = False):
     """The fine-tuned model, or with int8 the artifact of quantize.py (called alike)."""
     if int8:
-        from workflow.scripts.quantize import load_quantized
+        from workflow.scripts.infer.quantize import load_quantized
 
         return load_quantized(model_dir)
     from transformers import AutoModelForQuestionAnswering, AutoModelForSequenceClassification
@@ -158,7 +159,7 @@ def main(argv=None) -> None:
     result, predictions = evaluate(config, args.model, args.data, args.raw, info["precision"],
                                    info.get("ipex", False), args.int8)
     if args.fp32_metrics:
-        from workflow.scripts.quantize import check_accuracy_gate
+        from workflow.scripts.infer.quantize import check_accuracy_gate
 
         print("eval: " + json.dumps(result), file=sys.stderr)
         check_accuracy_gate(tasks.get_task(config["task"]), json.loads(Path(args.fp32_metrics).read_text()),

@@ -16,7 +16,7 @@ import numpy as np
 from scipy.stats import pearsonr, spearmanr
 from sklearn.metrics import f1_score, matthews_corrcoef
 
-from workflow.scripts.tasks import get_task
+from workflow.scripts.common.tasks import get_task
 
 
 class MetricsError(ValueError):

@@ -15,10 +15,10 @@ from pathlib import Path
 import jsonschema
 import yaml
 
-from workflow.scripts.errors import UserError
-from workflow.scripts.hostfile import check_nodes
+from workflow.scripts.common.errors import UserError
+from workflow.scripts.common.hostfile import check_nodes
 
-SCHEMA_PATH = Path(__file__).resolve().parents[1] / "schemas" / "config.schema.yaml"
+SCHEMA_PATH = Path(__file__).resolve().parents[2] / "schemas" / "config.schema.yaml"
 SWEEP_SECTIONS = {
     "nodes": "distributed",
     "processes_per_node": "distributed",

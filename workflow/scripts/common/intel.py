@@ -17,7 +17,7 @@ import os
 import socket
 from pathlib import Path
 
-from workflow.scripts.errors import UserError
+from workflow.scripts.common.errors import UserError
 
 IPEX_MODULE = "intel_extension_for_pytorch"
 IPEX_PACKAGE = "intel-extension-for-pytorch"

@@ -18,7 +18,7 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 
-from workflow.scripts.atomic import read_json, write_json
+from workflow.scripts.common.atomic import read_json, write_json
 
 STACK_SIGNAL = signal.SIGUSR1
 FINAL = ("ok", "error")  # a rank with one of these has exited

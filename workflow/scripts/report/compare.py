@@ -1,7 +1,7 @@
 """Compare experiments: two summaries side by side, and each against the
 published figures of its experiment file, as one Markdown table.
 
-    python -m workflow.scripts.compare A [B] [--results results] [--out FILE]
+    python -m workflow.scripts.report.compare A [B] [--results results] [--out FILE]
 
 A and B are each an experiment name (experiments/<name>.yaml, else
 results/<name>/summary.json), an experiment file, a results/<experiment>
@@ -19,9 +19,9 @@ from pathlib import Path
 
 import yaml
 
-from workflow.scripts import config as cfg
-from workflow.scripts.atomic import read_json
-from workflow.scripts.errors import UserError, run_cli
+from workflow.scripts.common import config as cfg
+from workflow.scripts.common.atomic import read_json
+from workflow.scripts.common.errors import UserError, run_cli
 
 EXPERIMENTS = Path("experiments")
 FIELDS = (

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from workflow.scripts.errors import UserError
+from workflow.scripts.common.errors import UserError
 
 # Host names and IPv4/IPv6 addresses; anything else (';', spaces, '$') is refused
 # before it could reach a launcher or a shell.

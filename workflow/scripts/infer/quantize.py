@@ -28,10 +28,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from workflow.scripts import hardware, intel, tasks
-from workflow.scripts.atomic import atomic_dir, read_json, write_json
-from workflow.scripts.batching import PAD_KEYS, pad_collate
-from workflow.scripts.errors import UserError, run_cli
+from workflow.scripts.common import hardware, intel, tasks
+from workflow.scripts.common.atomic import atomic_dir, read_json, write_json
+from workflow.scripts.train.batching import PAD_KEYS, pad_collate
+from workflow.scripts.common.errors import UserError, run_cli
 
 STACKS = ("openvino", "ipex")
 IR_FILE = "openvino_model.xml"
@@ -245,7 +245,7 @@ def verify_reload(in_memory: QuantizedModel, reloaded: QuantizedModel, tokenized
     """Outputs of both on every validation split must be equal."""
     import contextlib
 
-    from workflow.scripts.evaluate import forward_all
+    from workflow.scripts.infer.evaluate import forward_all
 
     rows, worst = 0, 0.0
     for split in task.validation_splits:
@@ -283,7 +283,7 @@ def quantize(model_dir, tokenized_dir, out_dir, task_name: str, calibration_samp
     import datasets
     from transformers import AutoTokenizer
 
-    from workflow.scripts.evaluate import load_for_eval
+    from workflow.scripts.infer.evaluate import load_for_eval
 
     if stack not in STACKS:
         raise UserError(f"quantization.stack: {stack!r} is not one of {', '.join(STACKS)}")

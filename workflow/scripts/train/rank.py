@@ -30,12 +30,14 @@ import transformers
 from torch.nn.parallel import DistributedDataParallel as DDP
 from transformers import get_linear_schedule_with_warmup
 
-from workflow.scripts import checkpoint, dist_env, intel, logs, process_group, tasks
-from workflow.scripts.atomic import atomic_dir, write_json
-from workflow.scripts.batching import DistributedLengthGroupedSampler, pad_collate
-from workflow.scripts.comm import CommTimer
-from workflow.scripts.errors import UserError, run_cli
-from workflow.scripts.modeling import autocast_for, load_model, load_tokenizer
+from workflow.scripts.train import checkpoint, process_group
+from workflow.scripts.launch import ranks as dist_env
+from workflow.scripts.common import intel, logs, tasks
+from workflow.scripts.common.atomic import atomic_dir, write_json
+from workflow.scripts.train.batching import DistributedLengthGroupedSampler, pad_collate
+from workflow.scripts.train.comm import CommTimer
+from workflow.scripts.common.errors import UserError, run_cli
+from workflow.scripts.common.modeling import autocast_for, load_model, load_tokenizer
 
 datasets.disable_progress_bars()
 transformers.utils.logging.disable_progress_bar()

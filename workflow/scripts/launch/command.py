@@ -22,9 +22,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from workflow.scripts import intel, supervise
-from workflow.scripts.errors import UserError, run_cli
-from workflow.scripts.hostfile import check_nodes, read_hostfile  # noqa: F401  (re-exported)
+from workflow.scripts.common import intel
+from workflow.scripts.launch import supervise
+from workflow.scripts.common.errors import UserError, run_cli
+from workflow.scripts.common.hostfile import check_nodes, read_hostfile  # noqa: F401  (re-exported)
 
 FLAVOURS = ("intel", "mpich", "openmpi")
 # Debian installs each MPI's launcher under its own name besides `mpirun`.
@@ -200,7 +201,7 @@ def srun_argv(nodes: int, ppn: int, threads: int, program: list[str], extra: lis
 
 def pin_command(threads: int, program: list[str]) -> list[str]:
     """Each rank binds itself to its share of its node's cores, then runs `program`."""
-    return [sys.executable, "-m", "workflow.scripts.nodes", "pin", "--threads", str(threads), "--", *program]
+    return [sys.executable, "-m", "workflow.scripts.nodes.check", "pin", "--threads", str(threads), "--", *program]
 
 
 def rank_env(info: dict, extra: dict, addr: str, port: int) -> dict:

@@ -7,11 +7,11 @@ import json
 
 import datasets
 
-from workflow.scripts import config as cfg
-from workflow.scripts import tasks
-from workflow.scripts.atomic import atomic_dir
-from workflow.scripts.errors import run_cli
-from workflow.scripts.load_local import load_hub, load_local
+from workflow.scripts.common import config as cfg
+from workflow.scripts.common import tasks
+from workflow.scripts.common.atomic import atomic_dir
+from workflow.scripts.common.errors import run_cli
+from workflow.scripts.data.sources import load_hub, load_local
 
 datasets.disable_progress_bars()
 

@@ -6,10 +6,11 @@ import argparse
 import json
 
 import datasets
-from workflow.scripts import qa, tasks
-from workflow.scripts.atomic import atomic_dir
-from workflow.scripts.errors import run_cli
-from workflow.scripts.modeling import load_tokenizer
+from workflow.scripts.infer import qa
+from workflow.scripts.common import tasks
+from workflow.scripts.common.atomic import atomic_dir
+from workflow.scripts.common.errors import run_cli
+from workflow.scripts.common.modeling import load_tokenizer
 
 datasets.disable_progress_bars()
 

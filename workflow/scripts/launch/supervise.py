@@ -17,8 +17,8 @@ import subprocess
 import sys
 import time
 
-from workflow.scripts import logs
-from workflow.scripts.errors import UserError
+from workflow.scripts.common import logs
+from workflow.scripts.common.errors import UserError
 
 POLL_SECONDS = 0.5
 DUMP_WAIT_SECONDS = 2.0

@@ -31,11 +31,13 @@ import tempfile
 import threading
 from pathlib import Path
 
-from workflow.scripts import dist_env, environment, hardware, launch
-from workflow.scripts.atomic import write_json
-from workflow.scripts.errors import UserError, run_cli
+from workflow.scripts.launch import command as launch, ranks as dist_env
+from workflow.scripts.nodes import describe as environment
+from workflow.scripts.common import hardware
+from workflow.scripts.common.atomic import write_json
+from workflow.scripts.common.errors import UserError, run_cli
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 # What the revision covers (the code that runs) and what set-up copies besides.
 REVISION_PATHS = ("Snakefile", "requirements.lock", "workflow")
 SETUP_PATHS = REVISION_PATHS + ("Makefile", "requirements.txt", "config.yaml", "mk", "envs", "profiles",
@@ -313,7 +315,7 @@ def check(config: dict, timeout: float) -> dict:
     mpi = launch.detect_launcher(dist)
     hosts = launch.check_nodes(dist["hostfile"], dist["nodes"]) if dist.get("hostfile") else None
     master = launch.master_addr(hosts) if hosts else "127.0.0.1"
-    program = [sys.executable, "-m", "workflow.scripts.nodes", "probe", "--config-json",
+    program = [sys.executable, "-m", "workflow.scripts.nodes.check", "probe", "--config-json",
                json.dumps(config, sort_keys=True), "--master-addr", master]
     reports, problems = reach_each(config, hosts, program, timeout)
     names = dict(enumerate(hosts)) if hosts else \

@@ -4,8 +4,8 @@ Everything is generated from ``random.Random`` instances seeded from the
 arguments (never the global RNG), so the same arguments give byte-identical
 files.  Usage::
 
-    python -m workflow.scripts.demo_data --task mrpc --out DIR [--train N] [--dev N] [--seed S]
-    python -m workflow.scripts.demo_data --task squad|squad_v2 --out DIR ...
+    python -m workflow.scripts.data.demo --task mrpc --out DIR [--train N] [--dev N] [--seed S]
+    python -m workflow.scripts.data.demo --task squad|squad_v2 --out DIR ...
 
 MRPC: ``DIR/train.tsv`` and ``DIR/dev.tsv`` (label 1 = paraphrase, ~2/3 positive).
 SQuAD: ``DIR/train-v1.1.json`` / ``DIR/dev-v1.1.json`` (v2: ``*-v2.0.json`` with

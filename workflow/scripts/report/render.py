@@ -17,8 +17,8 @@ import datetime
 import html
 from pathlib import Path
 
-from workflow.scripts.atomic import read_json
-from workflow.scripts.errors import run_cli
+from workflow.scripts.common.atomic import read_json
+from workflow.scripts.common.errors import run_cli
 
 NOT_METRICS = ("samples", "samples_per_second")
 CELL = "border:1px solid #cbd5e1;padding:3px 8px;text-align:right;white-space:nowrap"

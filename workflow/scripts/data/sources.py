@@ -24,7 +24,7 @@ import os
 
 import datasets
 
-from workflow.scripts.tasks import Task
+from workflow.scripts.common.tasks import Task
 
 FORMATS = ("glue_tsv", "csv", "jsonl", "parquet", "squad_json")
 SQUAD_COLUMNS = ("id", "title", "context", "question", "answers")

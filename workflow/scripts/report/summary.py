@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from workflow.scripts.atomic import read_json, write_json
-from workflow.scripts.errors import run_cli
+from workflow.scripts.common.atomic import read_json, write_json
+from workflow.scripts.common.errors import run_cli
 
 
 def _optional(path: Path):

@@ -14,9 +14,10 @@ import platform
 import sys
 import time
 
-from workflow.scripts import hardware, intel, launch
-from workflow.scripts.atomic import write_json
-from workflow.scripts.errors import UserError, run_cli
+from workflow.scripts.common import hardware, intel
+from workflow.scripts.launch import command as launch
+from workflow.scripts.common.atomic import write_json
+from workflow.scripts.common.errors import UserError, run_cli
 
 PACKAGES = ("torch", "transformers", "datasets", "snakemake", "intel_extension_for_pytorch",
             "oneccl_bind_pt")

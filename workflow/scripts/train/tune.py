@@ -14,9 +14,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-from workflow.scripts import environment, hardware, launch
-from workflow.scripts.atomic import read_json, write_json
-from workflow.scripts.errors import UserError, run_cli
+from workflow.scripts.nodes import describe as environment
+from workflow.scripts.common import hardware
+from workflow.scripts.launch import command as launch
+from workflow.scripts.common.atomic import read_json, write_json
+from workflow.scripts.common.errors import UserError, run_cli
 
 
 def layouts(cores: int) -> list[tuple[int, int]]:
@@ -36,7 +38,7 @@ def train_once(config: dict, data: str, work: Path, what: str = "tuning burst") 
     info = environment.describe(config)
     (work / "train.json").write_text(json.dumps(config))
     (work / "env.json").write_text(json.dumps(info))
-    program = [sys.executable, "-m", "workflow.scripts.train", "--config", str(work / "train.json"),
+    program = [sys.executable, "-m", "workflow.scripts.train.rank", "--config", str(work / "train.json"),
                "--environment", str(work / "env.json"), "--data", data, "--out", str(work),
                "--log-dir", str(work / "logs")]
     try:
