@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test test-teardown bench clean report compare
+.PHONY: venv demo test lint test-teardown bench clean report compare
 
 include mk/cluster.mk
 include mk/intel.mk
@@ -43,6 +43,7 @@ compare: venv
 
 test: venv
 	@$(MAKE) --no-print-directory intel-venv-background
+	$(MAKE) --no-print-directory lint
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -q tests
 	$(MAKE) --no-print-directory test-intel-optional
 
@@ -54,6 +55,12 @@ test-teardown: venv intel-venv
 		tests/test_teardown.py -k always_end
 	CPUDDP_TEARDOWN_RUNS=$(RUNS) CPUDDP_INTEL_STACK=1 PATH=$(INTEL_BIN):$$PATH $(INTEL_BIN)/python -m pytest -q -s \
 		tests/test_teardown.py -k always_end
+
+# Style: ruff on the Python, snakefmt on the rules, Snakemake's own lint.
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/snakefmt --check Snakefile workflow/rules
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/snakemake --lint --configfile experiments/demo.yaml
 
 clean:
 	rm -rf results logs .snakemake

@@ -8,6 +8,7 @@ from workflow.scripts.common.hostfile import cluster_file
 
 min_version("9.0")
 
+
 configfile: os.path.join(workflow.basedir, "config.yaml")
 
 
@@ -19,11 +20,11 @@ if config.get("cluster"):
 
 
 include: "workflow/rules/common.smk"
-include: "workflow/rules/env.smk"
+include: "workflow/rules/config.smk"
+include: "workflow/rules/nodes.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/train.smk"
-include: "workflow/rules/evaluate.smk"
-include: "workflow/rules/quantize.smk"
+include: "workflow/rules/infer.smk"
 include: "workflow/rules/report.smk"
 
 
@@ -32,6 +33,6 @@ workflow.localrules(*(r.name for r in workflow.rules if r.name not in MPI_RULES)
 
 
 rule all:
+    default_target: True
     input:
         rules.report_summary.output,
-    default_target: True

@@ -7,9 +7,9 @@ stack that is installed, calibrating on the same N training samples, then
 measures all candidates in interleaved rounds in ONE process (a shared
 machine slows them alike): accuracy and F1 on the validation split,
 throughput at the evaluation batch size (length-sorted batches, as
-workflow/scripts/infer/evaluate.py) and latency at batch size 1 (p50, p99).
+workflow/scripts/infer/runtime.py) and latency at batch size 1 (p50, p99).
 Ratios are against the workflow's fp32 evaluation (eager PyTorch). The last
-lines check the targets of docs/quantization.md for the workflow's stack.
+lines check the targets of README, Quantization for the workflow's stack.
 
 Stacks not installed are listed as skipped; the extra ones install with
 `pip install onnxruntime onnx onnxscript torchao` (not needed by the workflow).
@@ -32,9 +32,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from workflow.scripts.infer import evaluate, metrics, quantize  # noqa: E402
-from workflow.scripts.common import tasks
-from workflow.scripts.train.batching import pad_collate  # noqa: E402
+from workflow.scripts.common import hardware, tasks
+from workflow.scripts.infer import metrics, quantize, runtime, stacks
+from workflow.scripts.train.batching import pad_collate
 
 BASELINE = "torch fp32 (workflow fp32)"
 TARGET_SPEEDUP = 1.5
@@ -81,7 +81,8 @@ def torch_eager_static(model, calibration, work):
                 wrapped = Quantized(child)
                 wrapped.qconfig = tq.QConfig(
                     activation=tq.MinMaxObserver.with_args(dtype=torch.quint8, reduce_range=False),
-                    weight=tq.PerChannelMinMaxObserver.with_args(dtype=torch.qint8, qscheme=torch.per_channel_symmetric))
+                    weight=tq.PerChannelMinMaxObserver.with_args(dtype=torch.qint8,
+                                                                 qscheme=torch.per_channel_symmetric))
                 setattr(module, name, wrapped)
     tq.prepare(qmodel, inplace=True)
     with torch.no_grad():
@@ -164,16 +165,16 @@ def onnxruntime_static(model, calibration, work):
 
 
 def openvino_nncf(model, calibration, work):
-    """The workflow's stack: quantize.py's own functions (NNCF, OpenVINO IR)."""
+    """The workflow's stack: stacks.py's own functions (NNCF, OpenVINO IR)."""
     import openvino as ov
 
     outputs = ("logits",)
-    fp32 = quantize.to_openvino(model, calibration[0], outputs)
-    int8 = quantize.quantize_openvino(model, calibration, outputs)
+    fp32 = stacks.to_openvino(model, calibration[0], outputs)
+    int8 = stacks.quantize_openvino(model, calibration, outputs)
     ov.save_model(int8, work / "int8.xml", compress_to_fp16=False)
-    reloaded = quantize.compile_openvino(ov.Core().read_model(work / "int8.xml"))
-    return {"openvino fp32 (same runtime)": quantize._wrap_openvino(quantize.compile_openvino(fp32), outputs),
-            "openvino+nncf static int8 (workflow)": quantize._wrap_openvino(reloaded, outputs)}
+    reloaded = stacks.compile_openvino(ov.Core().read_model(work / "int8.xml"))
+    return {"openvino fp32 (same runtime)": stacks.wrap_openvino(stacks.compile_openvino(fp32), outputs),
+            "openvino+nncf static int8 (workflow)": stacks.wrap_openvino(reloaded, outputs)}
 
 
 STACKS = {
@@ -203,15 +204,15 @@ def batch1_times(model, rows) -> list[float]:
 def measure(candidates: dict, split, labels, task, rounds: int, batch_size: int, latency_rows: int) -> dict:
     """A warm-up pass, then interleaved rounds: every candidate once per round."""
     collate = pad_collate(0)
-    inputs = split.select_columns([k for k in evaluate.MODEL_INPUTS if k in split.column_names])
+    inputs = split.select_columns([k for k in runtime.MODEL_INPUTS if k in split.column_names])
     rows = [collate([inputs[i]]) for i in range(min(latency_rows, len(split)))]
     stats = {name: {"sps": [], "ms": []} for name in candidates}
-    for name, model in candidates.items():  # warm-up, unmeasured: compilers see every shape once
-        evaluate.forward_all(model, split, batch_size, 0, contextlib.nullcontext)
+    for model in candidates.values():  # warm-up, unmeasured: compilers see every shape once
+        runtime.forward_all(model, split, batch_size, 0, contextlib.nullcontext)
         batch1_times(model, rows)
     for r in range(rounds):
         for name, model in candidates.items():
-            outputs, seconds = evaluate.forward_all(model, split, batch_size, 0, contextlib.nullcontext)
+            outputs, seconds = runtime.forward_all(model, split, batch_size, 0, contextlib.nullcontext)
             stats[name]["sps"].append(len(split) / seconds)
             stats[name]["ms"] += batch1_times(model, rows)
             if r == 0:
@@ -280,7 +281,7 @@ def main(argv=None) -> int:
 
     datasets.disable_progress_bars()
     task = tasks.get_task(args.task)
-    threads = quantize.hardware.usable_cores(quantize.hardware.cpu_summary())
+    threads = hardware.usable_cores(hardware.cpu_summary())
     torch.set_num_threads(threads)
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
@@ -288,7 +289,7 @@ def main(argv=None) -> int:
     pad_id = AutoTokenizer.from_pretrained(args.model).pad_token_id
     rows = quantize.calibration_rows(tokenized["train"], args.calibration_samples)
     calibration = quantize.calibration_batches(rows, pad_id)
-    model = evaluate.load_for_eval(args.model, task)
+    model = runtime.load_for_eval(args.model, task)
     candidates, skipped = {BASELINE: model}, {}
     for name in args.stacks.split(","):
         start = time.perf_counter()

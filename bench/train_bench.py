@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from workflow.scripts.common import config as cfg
-from workflow.scripts.data import demo as demo_data
+from workflow.scripts.data import demo
 from workflow.scripts.nodes import describe as environment
 from workflow.scripts.launch import command as launch
 from workflow.scripts.common import tasks
@@ -54,7 +54,7 @@ def mrpc_shaped(raw: datasets.Dataset, seed: int) -> datasets.Dataset:
 
 
 def prepare(work: Path, model: str) -> Path:
-    demo_data.write_mrpc_demo(work / "raw", n_train=1600, n_dev=400, seed=0)
+    demo.write_mrpc_demo(work / "raw", n_train=1600, n_dev=400, seed=0)
     task = tasks.get_task("mrpc")
     raw = load_local(task, {"train": str(work / "raw/train.tsv"), "validation": str(work / "raw/dev.tsv")},
                      "glue_tsv")
@@ -115,7 +115,7 @@ def run_cpuddp(work: Path, model: str, data: Path, steps, epochs, precision: str
 
 def run_trainer(work: Path, model: str, data: Path, pad: str, steps, epochs, seed: int = 42) -> dict:
     config = full_config(model, steps, epochs)
-    info = environment.describe(config)
+    info = environment.environment_record(config)
     out = work / f"trainer-{pad}-{seed}"
     program = [sys.executable, str(Path(__file__).with_name("hf_trainer_run.py")), "--model", model,
                "--data", str(data), "--out", str(out), "--pad", pad, "--batch-size", "16",

@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from workflow.scripts.data import demo as demo_data
+from workflow.scripts.data import demo
 
 WORDS = ("river", "market", "teacher", "garden", "engine", "letter", "window", "doctor", "city", "song")
 
@@ -63,8 +63,8 @@ def write_native(task: str, out: Path, n_train: int = 48, n_dev: int = 16, seed:
     """Write `task`'s files into `out`; returns the config's `data` section."""
     out.mkdir(parents=True, exist_ok=True)
     if task in ("squad", "squad_v2"):
-        train, dev = demo_data.write_squad_demo(out, n_train=n_train, n_dev=n_dev, seed=seed,
-                                                version_2=task == "squad_v2")
+        train, dev = demo.write_squad_demo(out, n_train=n_train, n_dev=n_dev, seed=seed,
+                                           version_2=task == "squad_v2")
         return {"format": "squad_json", "train": str(train), "validation": str(dev)}
     rng = random.Random(f"{task}-{seed}")
     header = ARCHIVE[task][0]

@@ -88,7 +88,7 @@ def test_unknown_experiment_says_what_to_give(tmp_path):
         compare.load_side("nope", tmp_path / "results", tmp_path / "experiments")
 
 
-def test_compare_the_workflow_sweep_with_its_published_figures(sweep_run, tmp_path):
+def test_compare_the_workflow_sweep_with_its_published_figures(sweep_run, tmp_path):  # noqa: F811  (the imported fixture)
     work, configfile = sweep_run
     out = tmp_path / "compare.md"
     compare.main([str(configfile), "--results", str(work / "results"), "--out", str(out)])

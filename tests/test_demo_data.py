@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from workflow.scripts.data import demo as demo_data
+from workflow.scripts.data import demo
 
 REPO = Path(__file__).resolve().parents[1]
 HEADER = ["Quality", "#1 ID", "#2 ID", "#1 String", "#2 String"]
@@ -29,19 +29,19 @@ def questions(path):
 
 @pytest.fixture(scope="module")
 def mrpc(tmp_path_factory):
-    return demo_data.write_mrpc_demo(tmp_path_factory.mktemp("mrpc"), n_train=600, n_dev=200, seed=3)
+    return demo.write_mrpc_demo(tmp_path_factory.mktemp("mrpc"), n_train=600, n_dev=200, seed=3)
 
 
 @pytest.fixture(scope="module", params=[False, True], ids=["v1", "v2"])
 def squad(request, tmp_path_factory):
     out = tmp_path_factory.mktemp("squad")
-    return demo_data.write_squad_demo(out, n_train=300, n_dev=90, seed=1, version_2=request.param)
+    return demo.write_squad_demo(out, n_train=300, n_dev=90, seed=1, version_2=request.param)
 
 
 def test_mrpc_deterministic(tmp_path):
-    a = demo_data.write_mrpc_demo(tmp_path / "a", 200, 50, seed=7)
-    b = demo_data.write_mrpc_demo(tmp_path / "b", 200, 50, seed=7)
-    c = demo_data.write_mrpc_demo(tmp_path / "c", 200, 50, seed=8)
+    a = demo.write_mrpc_demo(tmp_path / "a", 200, 50, seed=7)
+    b = demo.write_mrpc_demo(tmp_path / "b", 200, 50, seed=7)
+    c = demo.write_mrpc_demo(tmp_path / "c", 200, 50, seed=8)
     assert [p.read_bytes() for p in a] == [p.read_bytes() for p in b]
     assert a[0].read_bytes() != c[0].read_bytes()
 
@@ -76,8 +76,8 @@ def test_mrpc_negatives_mostly_near_misses(mrpc):
 
 
 def test_squad_deterministic(tmp_path):
-    a = demo_data.write_squad_demo(tmp_path / "a", 100, 30, seed=2, version_2=True)
-    b = demo_data.write_squad_demo(tmp_path / "b", 100, 30, seed=2, version_2=True)
+    a = demo.write_squad_demo(tmp_path / "a", 100, 30, seed=2, version_2=True)
+    b = demo.write_squad_demo(tmp_path / "b", 100, 30, seed=2, version_2=True)
     assert [p.read_bytes() for p in a] == [p.read_bytes() for p in b]
 
 

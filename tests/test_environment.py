@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from workflow.scripts.common import config as cfg
+from workflow.scripts.nodes import check
 from workflow.scripts.nodes import describe as environment
 from workflow.scripts.common import hardware
 from workflow.scripts.common.errors import UserError
@@ -92,7 +93,7 @@ def test_main_writes_environment_json(tmp_path, monkeypatch):
     config_path = tmp_path / "config.json"
     config_path.write_text(json.dumps(config))
     out = tmp_path / "run" / "environment.json"
-    environment.main(["--config", str(config_path), "--out", str(out)])
+    check.main(["--config", str(config_path), "--out", str(out)])
     info = json.loads(out.read_text())
     for key in ("backend", "precision", "threads_per_process", "mpi", "world_size", "versions", "isa_flags"):
         assert key in info, key
@@ -114,5 +115,5 @@ def test_main_refuses_ccl(tmp_path, monkeypatch):
     config_path.write_text(json.dumps(config))
     out = tmp_path / "environment.json"
     with pytest.raises(UserError, match="oneccl"):
-        environment.main(["--config", str(config_path), "--out", str(out)])
+        check.main(["--config", str(config_path), "--out", str(out)])
     assert not out.exists()

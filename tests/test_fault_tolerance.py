@@ -22,9 +22,9 @@ def long_experiment(work: Path, model: Path) -> Path:
     """About 200 steps of the tiny model, a checkpoint every 20."""
     configfile = tiny_experiment(work, model, epochs=10, checkpoint_every=20)
     config = yaml.safe_load(configfile.read_text())
-    from workflow.scripts.data import demo as demo_data
+    from workflow.scripts.data import demo
 
-    demo_data.write_mrpc_demo(work / "mrpc", n_train=320, n_dev=40, seed=1)
+    demo.write_mrpc_demo(work / "mrpc", n_train=320, n_dev=40, seed=1)
     return write_config(configfile, config)
 
 

@@ -45,7 +45,8 @@ def test_core_ids_repeat_across_sockets():
 
 
 def test_vm_without_topology_fields():
-    text = "processor\t: 0\nmodel name\t: QEMU\nflags\t\t: avx2\n\nprocessor\t: 1\nmodel name\t: QEMU\nflags\t\t: avx2\n"
+    text = ("processor\t: 0\nmodel name\t: QEMU\nflags\t\t: avx2\n\n"
+            "processor\t: 1\nmodel name\t: QEMU\nflags\t\t: avx2\n")
     summary = hardware.cpu_summary(text)
     assert (summary["sockets"], summary["physical_cores"], summary["logical_cpus"]) == (1, 2, 2)
     assert summary["isa_flags"] == ["avx2"]

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import snakemake, write_config
-from workflow.scripts.data import demo as demo_data
+from workflow.scripts.data import demo
 from workflow.scripts.common import hardware, intel
 
 pytestmark = pytest.mark.skipif(os.environ.get("CPUDDP_INTEL_STACK") != "1",
@@ -31,7 +31,7 @@ def ipex_run(tmp_path_factory, tiny_model_dir):
     assert versions[intel.IPEX_MODULE], "CPUDDP_INTEL_STACK=1 but IPEX is not installed; run `make intel-venv`"
     work = tmp_path_factory.mktemp("intel")
     data = work / "mrpc"
-    demo_data.write_mrpc_demo(data, n_train=96, n_dev=40, seed=1)
+    demo.write_mrpc_demo(data, n_train=96, n_dev=40, seed=1)
     configfile = write_config(work / "tiny.yaml", {
         "experiment": "tiny",
         "task": "mrpc",

@@ -9,7 +9,10 @@ import pytest
 
 from workflow.scripts.common import config as cfg
 from workflow.scripts.nodes import describe as environment
+from workflow.scripts.common.hostfile import read_hostfile
+from workflow.scripts.launch import __main__ as launch_cli
 from workflow.scripts.launch import command as launch
+from workflow.scripts.launch import mpi
 from workflow.scripts.common.errors import UserError
 
 BIN = Path(sys.executable).parent
@@ -39,26 +42,26 @@ def mpi_path(monkeypatch):
     ("mpirun.openmpi (OpenRTE) 4.1.4\n", "openmpi", "4.1.4"),
 ])
 def test_parse_mpi_version(text, flavour, version):
-    assert launch.parse_mpi_version(text) == {"flavour": flavour, "version": version}
+    assert mpi.parse_mpi_version(text) == {"flavour": flavour, "version": version}
 
 
 @pytest.mark.parametrize("text", ["", "mpirun: command not found", "Spectrum MPI 10.4"])
 def test_parse_unknown_mpi(text):
     with pytest.raises(UserError, match="first on PATH"):
-        launch.parse_mpi_version(text)
+        mpi.parse_mpi_version(text)
 
 
 def test_detect_installed_intel_mpi(mpi_path):
-    found = launch.detect_mpi()
+    found = mpi.detect_mpi()
     assert found["flavour"] == "intel"
     assert found["version"].startswith("2021.")
     assert Path(found["mpirun"]) == BIN / "mpirun"
-    assert launch.detect_mpi("intel") == found
+    assert mpi.detect_mpi("intel") == found
 
 
 def test_detect_mismatch_with_explicit_mpirun(mpi_path):
     with pytest.raises(UserError) as err:
-        launch.detect_mpi("openmpi", mpirun=str(BIN / "mpirun"))
+        mpi.detect_mpi("openmpi", mpirun=str(BIN / "mpirun"))
     message = str(err.value)
     assert "openmpi" in message and "intel" in message and "distributed.mpi" in message
 
@@ -66,9 +69,9 @@ def test_detect_mismatch_with_explicit_mpirun(mpi_path):
 def test_detect_flavour_not_installed(monkeypatch):
     """Only the venv's Intel MPI in reach: asking for MPICH says what was found."""
     monkeypatch.setenv("PATH", str(BIN))
-    monkeypatch.delenv(launch.USER_PATH, raising=False)
+    monkeypatch.delenv(mpi.USER_PATH, raising=False)
     with pytest.raises(UserError) as err:
-        launch.detect_mpi("mpich")
+        mpi.detect_mpi("mpich")
     assert "distributed.mpi is mpich" in str(err.value) and "intel" in str(err.value)
 
 
@@ -84,10 +87,10 @@ def test_auto_takes_the_users_path_before_the_venv(monkeypatch, tmp_path):
     """Snakemake puts the venv first on PATH; the user's own PATH decides."""
     fake_mpirun(tmp_path / "ompi", "mpirun", OPENMPI)
     monkeypatch.setenv("PATH", f"{BIN}{os.pathsep}{tmp_path / 'ompi'}")
-    monkeypatch.setenv(launch.USER_PATH, str(tmp_path / "ompi"))
-    found = launch.detect_mpi()
+    monkeypatch.setenv(mpi.USER_PATH, str(tmp_path / "ompi"))
+    found = mpi.detect_mpi()
     assert found["flavour"] == "openmpi" and found["mpirun"] == str(tmp_path / "ompi" / "mpirun")
-    assert launch.detect_mpi("intel")["mpirun"] == str(BIN / "mpirun")  # then the venv
+    assert mpi.detect_mpi("intel")["mpirun"] == str(BIN / "mpirun")  # then the venv
 
 
 def test_named_flavour_finds_debian_names(monkeypatch, tmp_path):
@@ -96,23 +99,23 @@ def test_named_flavour_finds_debian_names(monkeypatch, tmp_path):
     link = tmp_path / "link"
     link.mkdir()
     (link / "mpirun.mpich").symlink_to(tmp_path / "bin" / "mpirun.mpich")
-    monkeypatch.setenv(launch.USER_PATH, f"{link}{os.pathsep}{tmp_path / 'bin'}")
-    found = launch.detect_mpi("mpich")
+    monkeypatch.setenv(mpi.USER_PATH, f"{link}{os.pathsep}{tmp_path / 'bin'}")
+    found = mpi.detect_mpi("mpich")
     # the real file, so that MPICH finds hydra_pmi_proxy next to it
     assert found == {"mpirun": str(tmp_path / "bin" / "mpirun.mpich"), "flavour": "mpich", "version": "4.1.2"}
 
 
 def test_explicit_mpirun_missing():
     with pytest.raises(UserError, match="distributed.mpirun: /no/such/mpirun not found"):
-        launch.detect_mpi("auto", mpirun="/no/such/mpirun")
+        mpi.detect_mpi("auto", mpirun="/no/such/mpirun")
 
 
 def test_detect_without_mpirun(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))
-    monkeypatch.setenv(launch.USER_PATH, str(tmp_path))
+    monkeypatch.setenv(mpi.USER_PATH, str(tmp_path))
     monkeypatch.setattr(launch.sys, "executable", str(tmp_path / "python"))
     with pytest.raises(UserError, match="mpirun not found"):
-        launch.detect_mpi()
+        mpi.detect_mpi()
 
 
 # ---------------------------------------------------------------- hostfiles
@@ -120,12 +123,12 @@ def test_detect_without_mpirun(monkeypatch, tmp_path):
 def test_read_hostfile_forms(tmp_path):
     path = tmp_path / "hostfile"
     path.write_text("# cluster\n\nnode1\nnode2:4   # four slots\n  node3 slots=4\n\n#node4\n")
-    assert launch.read_hostfile(path) == ["node1", "node2", "node3"]
+    assert read_hostfile(path) == ["node1", "node2", "node3"]
 
 
 def test_read_hostfile_missing(tmp_path):
     with pytest.raises(UserError, match="hostfile not found.*distributed.hostfile"):
-        launch.read_hostfile(tmp_path / "nope")
+        read_hostfile(tmp_path / "nope")
 
 
 @pytest.mark.parametrize("text", ["", "\n# only a comment\n   \n"])
@@ -133,7 +136,7 @@ def test_read_hostfile_empty(tmp_path, text):
     path = tmp_path / "hostfile"
     path.write_text(text)
     with pytest.raises(UserError, match="lists no nodes"):
-        launch.read_hostfile(path)
+        read_hostfile(path)
 
 
 # ---------------------------------------------------------------- argv
@@ -225,8 +228,8 @@ def test_build_with_hostfile(tmp_path):
     assert genv["OMP_NUM_THREADS"] == "6"
     assert launch.is_local_address("127.0.0.1") and 0 < int(genv["MASTER_PORT"]) < 65536
     # launcher options, then each rank binds itself to its cores and runs the program
-    assert argv[-10:] == ["-iface", "eth1", sys.executable, "-m", "workflow.scripts.nodes.check", "pin",
-                          "--threads", "6", "--", "prog"]
+    assert argv[-9:] == ["-iface", "eth1", sys.executable, "-m", "workflow.scripts.launch.pin",
+                         "--threads", "6", "--", "prog"]
 
 
 def test_openmpi_hostfile_syntax(tmp_path):
@@ -297,7 +300,7 @@ def test_real_two_rank_launch(run_files, tmp_path):
     args, evil = run_files
     out = tmp_path / "ranks"
     out.mkdir()
-    launch.main([*args, "--", sys.executable, "-c", RANK_PROGRAM, str(out)])
+    launch_cli.main([*args, "--", sys.executable, "-c", RANK_PROGRAM, str(out)])
     assert sorted(p.name for p in out.iterdir()) == ["rank0", "rank1"]
     for rank in ("rank0", "rank1"):
         assert (out / rank).read_text() == f"3|{evil}|2"
@@ -307,7 +310,7 @@ def test_real_two_rank_launch(run_files, tmp_path):
 def test_failing_rank_raises(run_files):
     args, _ = run_files
     with pytest.raises(UserError, match="exit code"):
-        launch.main([*args, "--", sys.executable, "-c", "import sys; sys.exit(3)"])
+        launch_cli.main([*args, "--", sys.executable, "-c", "import sys; sys.exit(3)"])
 
 
 def test_loopback_first_node_of_a_real_cluster_is_flagged(capsys):

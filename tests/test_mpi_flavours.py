@@ -22,8 +22,9 @@ import yaml
 from conftest import BIN, REPO, write_config
 from test_workflow import tiny_experiment
 from workflow.scripts.common import config as cfg
-from workflow.scripts.launch import command as launch
-from workflow.scripts.nodes import check as nodes
+from workflow.scripts.launch import __main__ as launch_cli
+from workflow.scripts.launch import mpi, pin
+from workflow.scripts.nodes import check
 
 DEBIAN = {"mpich": "/usr/bin/mpirun.mpich", "openmpi": "/usr/bin/mpirun.openmpi"}
 FLAVOURS = ["intel", "mpich", "openmpi"]
@@ -62,25 +63,25 @@ PROGRAM = ("import os, sys, json; from pathlib import Path; from workflow.script
 def test_two_ranks_pinned_with_their_environment(flavour, tmp_path, monkeypatch):
     require(flavour)
     monkeypatch.setenv("PATH", user_path(flavour, tmp_path))
-    monkeypatch.setenv(launch.USER_PATH, user_path(flavour, tmp_path))
+    monkeypatch.setenv(mpi.USER_PATH, user_path(flavour, tmp_path))
     monkeypatch.setenv("PYTHONPATH", str(REPO))
     evil = f"a b;touch {tmp_path}/pwned $(id)"
     config = cfg.validate({"experiment": "t", "task": "mrpc", "model": "m", "train": {"precision": "fp32"},
                            "distributed": {"backend": "gloo", "mpi": requested(flavour), "processes_per_node": 2,
                                            "threads_per_process": 1, "env": {"EVIL": evil}}})
-    info = nodes.check(config, 60)
+    info = check.check(config, 60)
     assert info["mpi"]["flavour"] == flavour
     config_path, env_path, out = tmp_path / "config.json", tmp_path / "environment.json", tmp_path / "ranks"
     config_path.write_text(json.dumps(config))
     env_path.write_text(json.dumps(info))
     out.mkdir()
-    launch.main(["--config", str(config_path), "--environment", str(env_path), "--",
+    launch_cli.main(["--config", str(config_path), "--environment", str(env_path), "--",
                  sys.executable, "-c", PROGRAM, str(out)])
     ranks = [json.loads((out / f"rank{r}").read_text()) for r in (0, 1)]
     assert [r[:4] for r in ranks] == [[2, 0, "1", evil], [2, 1, "1", evil]]
-    sockets = nodes.physical_cores()
+    sockets = pin.physical_cores()
     for local_rank, rank in enumerate(ranks):
-        expected = nodes.rank_cpus(local_rank, 2, 1, sockets)
+        expected = pin.rank_cpus(local_rank, 2, 1, sockets)
         assert rank[4] == sorted(expected or os.sched_getaffinity(0))
     assert not (tmp_path / "pwned").exists()
 
@@ -114,7 +115,8 @@ def test_flavours_do_not_mix(tmp_path, monkeypatch):
     link = tmp_path / "bin"
     link.mkdir()
     (link / "mpirun").symlink_to(DEBIAN["mpich"])
-    monkeypatch.setenv(launch.USER_PATH, str(link))
-    found = launch.detect_mpi()
+    monkeypatch.setenv(mpi.USER_PATH, str(link))
+    found = mpi.detect_mpi()
     assert found["flavour"] == "mpich" and found["mpirun"] == os.path.realpath(DEBIAN["mpich"])
-    assert Path(found["mpirun"]).parent != BIN and shutil.which("hydra_pmi_proxy", path=str(Path(found["mpirun"]).parent))
+    folder = Path(found["mpirun"]).parent
+    assert folder != BIN and shutil.which("hydra_pmi_proxy", path=str(folder))

@@ -22,12 +22,13 @@ import pytest
 import yaml
 
 from conftest import BIN, REPO, write_config
-from workflow.scripts.data import demo as demo_data
-from workflow.scripts.nodes import check as nodes
-from workflow.scripts.common.errors import UserError
+from workflow.scripts.data import demo
+from workflow.scripts.launch import pin
+from workflow.scripts.nodes import check, describe, reach
+from workflow.scripts.nodes import setup as node_setup
 
 sys.path.insert(0, str(REPO / "tests" / "netns"))
-import hosts as netns  # noqa: E402
+import hosts as netns
 
 ENTER = REPO / "tests" / "netns" / "enter"
 
@@ -36,7 +37,7 @@ ENTER = REPO / "tests" / "netns" / "enter"
 
 def cpuinfo(sockets: int, cores: int, smt: int = 1) -> str:
     blocks, cpu = [], 0
-    for thread in range(smt):
+    for _thread in range(smt):
         for socket in range(sockets):
             for core in range(cores):
                 blocks.append(f"processor\t: {cpu}\nphysical id\t: {socket}\ncore id\t\t: {core}\n")
@@ -46,21 +47,21 @@ def cpuinfo(sockets: int, cores: int, smt: int = 1) -> str:
 
 def test_ranks_get_their_own_cores_per_socket():
     # 2 sockets x 4 cores, hyperthreads 8-15 are the siblings of 0-7
-    sockets = nodes.physical_cores(cpuinfo(2, 4, smt=2), allowed=range(16))
+    sockets = pin.physical_cores(cpuinfo(2, 4, smt=2), allowed=range(16))
     assert len(sockets) == 2 and sockets[0][0] == (0, 8)
-    cpus = [nodes.rank_cpus(r, 4, 2, sockets) for r in range(4)]
+    cpus = [pin.rank_cpus(r, 4, 2, sockets) for r in range(4)]
     assert cpus == [{0, 8, 1, 9}, {2, 10, 3, 11}, {4, 12, 5, 13}, {6, 14, 7, 15}]
     # two ranks: one per socket
-    assert [nodes.rank_cpus(r, 2, 4, sockets) for r in range(2)] == [set(range(0, 4)) | set(range(8, 12)),
+    assert [pin.rank_cpus(r, 2, 4, sockets) for r in range(2)] == [set(range(0, 4)) | set(range(8, 12)),
                                                                       set(range(4, 8)) | set(range(12, 16))]
 
 
 def test_odd_layouts_and_oversubscription():
-    sockets = nodes.physical_cores(cpuinfo(2, 4), allowed=range(8))
-    assert [nodes.rank_cpus(r, 3, 2, sockets) for r in range(3)] == [{0, 1}, {2, 3}, {4, 5}]
-    assert nodes.rank_cpus(0, 2, 8, sockets) is None  # 16 threads on 8 cores: left alone
+    sockets = pin.physical_cores(cpuinfo(2, 4), allowed=range(8))
+    assert [pin.rank_cpus(r, 3, 2, sockets) for r in range(3)] == [{0, 1}, {2, 3}, {4, 5}]
+    assert pin.rank_cpus(0, 2, 8, sockets) is None  # 16 threads on 8 cores: left alone
     # a cgroup that allows only some CPUs
-    assert nodes.physical_cores(cpuinfo(1, 4), allowed={1, 3}) == [[(1,), (3,)]]
+    assert pin.physical_cores(cpuinfo(1, 4), allowed={1, 3}) == [[(1,), (3,)]]
 
 
 def report(**versions) -> dict:
@@ -73,13 +74,13 @@ def report(**versions) -> dict:
 def test_disagreements_name_the_node_and_both_versions():
     named = [("node-a", report()), ("node-b", report(torch="2.12.0")), ("node-c", report())]
     named[2][1]["revision"] = "def"
-    problems = nodes.disagreements(named)
+    problems = check.disagreements(named)
     assert problems == [
         "node node-b has torch 2.12.0 but node node-a has torch 2.13.0",
         "node node-c has workflow revision def but node node-a has abc (a different copy of the workflow)",
     ]
-    assert nodes.disagreements([("a", report()), ("b", report())]) == []
-    ipex = nodes.disagreements([("a", report()), ("b", report(intel_extension_for_pytorch="2.8.0"))])
+    assert check.disagreements([("a", report()), ("b", report())]) == []
+    ipex = check.disagreements([("a", report()), ("b", report(intel_extension_for_pytorch="2.8.0"))])
     assert ipex == ["node b has IPEX 2.8.0 but node a has IPEX not installed"]
 
 
@@ -87,17 +88,17 @@ def test_revision_follows_the_code(tmp_path):
     (tmp_path / "workflow").mkdir()
     (tmp_path / "Snakefile").write_text("rule all:\n")
     (tmp_path / "workflow" / "a.py").write_text("x = 1\n")
-    first = nodes.revision(tmp_path)
+    first = describe.revision(tmp_path)
     (tmp_path / "workflow" / "__pycache__").mkdir()
     (tmp_path / "workflow" / "__pycache__" / "a.pyc").write_bytes(b"\0")
-    assert nodes.revision(tmp_path) == first
+    assert describe.revision(tmp_path) == first
     (tmp_path / "workflow" / "a.py").write_text("x = 2\n")
-    assert nodes.revision(tmp_path) != first
+    assert describe.revision(tmp_path) != first
 
 
 def test_run_bounded_ends_a_hanging_launcher():
     started = time.time()
-    code, _, _ = nodes.run_bounded(["sh", "-c", "sleep 60 & sleep 60"], 1)
+    code, _, _ = reach.run_bounded(["sh", "-c", "sleep 60 & sleep 60"], 1)
     assert code is None and time.time() - started < 15
 
 
@@ -105,9 +106,9 @@ def test_pin_binds_a_rank(tmp_path):
     out = tmp_path / "affinity"
     env = {**os.environ, "PMI_RANK": "1", "PMI_SIZE": "2", "MPI_LOCALRANKID": "1", "MPI_LOCALNRANKS": "2"}
     program = [sys.executable, "-c", f"import os; open({str(out)!r}, 'w').write(repr(sorted(os.sched_getaffinity(0))))"]
-    subprocess.run([sys.executable, "-m", "workflow.scripts.nodes.check", "pin", "--threads", "1", "--", *program],
+    subprocess.run([sys.executable, "-m", "workflow.scripts.launch.pin", "--threads", "1", "--", *program],
                    check=True, env=env, cwd=REPO, timeout=60)
-    expected = nodes.rank_cpus(1, 2, 1, nodes.physical_cores())
+    expected = pin.rank_cpus(1, 2, 1, pin.physical_cores())
     assert eval(out.read_text()) == sorted(expected or os.sched_getaffinity(0))
 
 
@@ -167,7 +168,7 @@ def run_check(cluster_setup, hostnames, cwd=REPO, timeout=180, **dist):
     config = check_config(work, cluster_file(work, hostnames, **dist))
     out = work / f"env-{config.stem}.json"
     started = time.time()
-    done = subprocess.run(on_host(hosts[0], [sys.executable, "-m", "workflow.scripts.nodes.check", "check",
+    done = subprocess.run(on_host(hosts[0], [sys.executable, "-m", "workflow.scripts.nodes.check",
                                              "--config", str(config), "--out", str(out)]),
                           capture_output=True, text=True, cwd=cwd, timeout=timeout,
                           env=host_env(mapping, PYTHONPATH=str(cwd)))
@@ -179,7 +180,7 @@ def test_ddp_training_across_hosts_through_profiles_xeon(cluster):
     """Two hosts, one rank each, meeting at the first host's address."""
     work, hosts, mapping = cluster
     data = work / "mrpc"
-    demo_data.write_mrpc_demo(data, n_train=64, n_dev=16, seed=1)
+    demo.write_mrpc_demo(data, n_train=64, n_dev=16, seed=1)
     model = build_tiny_model(work)
     experiment = write_config(work / "tiny.yaml", {
         "experiment": "tiny", "task": "mrpc", "model": str(model),
@@ -273,7 +274,7 @@ def test_setup_nodes_gives_a_node_without_the_workflow_a_copy(cluster, tmp_path)
     work, hosts, mapping = cluster
     src = tmp_path / "src"
     src.mkdir()
-    for name in nodes.SETUP_PATHS:
+    for name in node_setup.SETUP_PATHS:
         if (REPO / name).is_dir():
             shutil.copytree(REPO / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
         elif (REPO / name).is_file():
@@ -291,7 +292,7 @@ def test_setup_nodes_gives_a_node_without_the_workflow_a_copy(cluster, tmp_path)
     assert "No module named 'workflow'" in before.stderr
 
     config = check_config(work, cluster_file(work, names))
-    setup = subprocess.run(on_host(hosts[0], [sys.executable, "-m", "workflow.scripts.nodes.check", "setup",
+    setup = subprocess.run(on_host(hosts[0], [sys.executable, "-m", "workflow.scripts.nodes.setup",
                                               "--config", str(config), "--timeout", "120"]),
                            capture_output=True, text=True, cwd=src, timeout=180,
                            env=host_env(mapping, PYTHONPATH=str(src)))
@@ -306,8 +307,8 @@ def test_setup_nodes_gives_a_node_without_the_workflow_a_copy(cluster, tmp_path)
 
 def test_reports_survive_interleaved_lines():
     text = 'noise\nCPUDDP-NODE {"rank": 1, "a": "}"}CPUDDP-NODE {"rank": 0}\nCPUDDP-SETUP {"rank": 5}\n'
-    assert nodes.parse_reports(text) == {1: {"rank": 1, "a": "}"}, 0: {"rank": 0}}
-    assert list(nodes.parse_reports(text, "SETUP")) == [5]
+    assert reach.parse_reports(text) == {1: {"rank": 1, "a": "}"}, 0: {"rank": 0}}
+    assert list(reach.parse_reports(text, "SETUP")) == [5]
 
 
 # ---------------------------------------------------------------- profiles
@@ -326,7 +327,7 @@ def profile_run(work: Path, profile: str, *args: str, check: bool = True) -> str
 
 def profile_experiment(work: Path, **extra) -> Path:
     data = work / "mrpc"
-    demo_data.write_mrpc_demo(data, n_train=16, n_dev=8, seed=1)
+    demo.write_mrpc_demo(data, n_train=16, n_dev=8, seed=1)
     return write_config(work / "exp.yaml", {
         "experiment": "tiny", "task": "mrpc", "model": "some/model",
         "data": {"format": "glue_tsv", "train": str(data / "train.tsv"), "validation": str(data / "dev.tsv")},

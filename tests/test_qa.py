@@ -4,15 +4,17 @@ through the real (offline) BERT tokenizer."""
 import numpy as np
 import pytest
 
+from workflow.scripts.data import qa_features
 from workflow.scripts.infer import qa
 
 CONTEXT = "Hello brave new world"
 # Characters: Hello [0,5) brave [6,11) new [12,15) world [16,21).
 # Tokens: CLS, question, SEP, then the four context words, SEP.
 OFFSETS = [None, None, None, (0, 5), (6, 11), (12, 15), (16, 21), None]
+N_TOKENS = len(OFFSETS)
 
 
-def logits(peaks, length=len(OFFSETS), base=0.0):
+def logits(peaks, length=N_TOKENS, base=0.0):
     """A logit row that is `base` everywhere but at {index: value}."""
     row = np.full(length, base)
     for index, value in peaks.items():
@@ -139,8 +141,8 @@ EXAMPLES = {
 
 
 def test_train_features_answer_in_second_window(tokenizer):
-    features = qa.prepare_train_features(EXAMPLES, tokenizer, max_length=32,
-                                         doc_stride=8)
+    features = qa_features.prepare_train_features(EXAMPLES, tokenizer, max_length=32,
+                                                  doc_stride=8)
     assert set(features) == {"input_ids", "token_type_ids", "attention_mask",
                              "start_positions", "end_positions"}
     lengths = [len(ids) for ids in features["input_ids"]]
@@ -162,8 +164,8 @@ def test_train_features_answer_in_second_window(tokenizer):
 def test_left_padding_puts_the_context_first(tokenizer):
     tokenizer.padding_side = "left"
     try:
-        features = qa.prepare_train_features(EXAMPLES, tokenizer,
-                                             max_length=32, doc_stride=8)
+        features = qa_features.prepare_train_features(EXAMPLES, tokenizer,
+                                                      max_length=32, doc_stride=8)
     finally:
         tokenizer.padding_side = "right"
     i = next(i for i, s in enumerate(features["start_positions"]) if s)
@@ -174,10 +176,10 @@ def test_left_padding_puts_the_context_first(tokenizer):
 
 
 def test_eval_features_roundtrip_to_the_answer(tokenizer):
-    train = qa.prepare_train_features(EXAMPLES, tokenizer, max_length=32,
-                                      doc_stride=8)
-    features = qa.prepare_eval_features(EXAMPLES, tokenizer, max_length=32,
-                                        doc_stride=8)
+    train = qa_features.prepare_train_features(EXAMPLES, tokenizer, max_length=32,
+                                               doc_stride=8)
+    features = qa_features.prepare_eval_features(EXAMPLES, tokenizer, max_length=32,
+                                                 doc_stride=8)
     assert features["input_ids"] == train["input_ids"]
     assert features["example_id"][0] == "paris"
     assert features["example_id"][-1] == "nothing"
@@ -202,12 +204,12 @@ def test_postprocessing_accepts_datasets(tokenizer):
     datasets = pytest.importorskip("datasets")
     examples = datasets.Dataset.from_dict(EXAMPLES)
     features = examples.map(
-        qa.prepare_eval_features, batched=True,
+        qa_features.prepare_eval_features, batched=True,
         fn_kwargs={"tokenizer": tokenizer, "max_length": 32,
                    "doc_stride": 8},
         remove_columns=examples.column_names)
-    train = qa.prepare_train_features(EXAMPLES, tokenizer, max_length=32,
-                                      doc_stride=8)
+    train = qa_features.prepare_train_features(EXAMPLES, tokenizer, max_length=32,
+                                               doc_stride=8)
     starts = [logits({s: 1.0}, 40) for s in train["start_positions"]]
     ends = [logits({e: 1.0}, 40) for e in train["end_positions"]]
     predictions, _ = qa.postprocess_predictions(examples, features, starts,

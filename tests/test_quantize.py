@@ -11,7 +11,7 @@ import yaml
 
 from conftest import snakemake, write_config
 from test_workflow import tiny_experiment
-from workflow.scripts.infer import evaluate, quantize
+from workflow.scripts.infer import evaluate, gate, quantize, runtime, stacks
 from workflow.scripts.common import tasks
 from workflow.scripts.common.errors import UserError
 
@@ -47,8 +47,8 @@ def test_workflow_quantizes_and_evaluates_int8(quantized_run):
 
 def test_artifact_is_verified_and_int8(quantized_run):
     artifact = quantized_run[0] / "results/tiny/default/model_int8"
-    meta = json.loads((artifact / quantize.META_FILE).read_text())
-    assert (artifact / quantize.IR_FILE).is_file() and (artifact / "openvino_model.bin").is_file()
+    meta = json.loads((artifact / stacks.META_FILE).read_text())
+    assert (artifact / stacks.IR_FILE).is_file() and (artifact / "openvino_model.bin").is_file()
     assert meta["stack"] == "openvino" and meta["calibration_samples"] == 32
     assert meta["versions"]["openvino"] and meta["versions"]["nncf"]
     assert meta["verification"] == {"rows": 40, "max_abs_diff": 0.0}
@@ -61,10 +61,10 @@ def test_artifact_reloads_and_answers_like_a_model(quantized_run):
 
     work = quantized_run[0]
     validation = datasets.load_from_disk(str(work / "results/tiny/data/tokenized"))["validation"]
-    first = quantize.load_quantized(work / "results/tiny/default/model_int8")
-    second = quantize.load_quantized(work / "results/tiny/default/model_int8")
-    a, _ = evaluate.forward_all(first, validation, 16, 0, _nullcontext)
-    b, _ = evaluate.forward_all(second, validation, 16, 0, _nullcontext)
+    first = stacks.load_quantized(work / "results/tiny/default/model_int8")
+    second = stacks.load_quantized(work / "results/tiny/default/model_int8")
+    a, _ = runtime.forward_all(first, validation, 16, 0, _nullcontext)
+    b, _ = runtime.forward_all(second, validation, 16, 0, _nullcontext)
     assert np.stack(a).shape == (40, 2)
     assert quantize.max_abs_diff(a, b) == 0.0
 
@@ -124,7 +124,7 @@ def learned(tmp_path_factory, tiny_model_dir):
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     collate, train = pad_collate(0), data["train"]
     model.train()
-    for epoch in range(3):
+    for _epoch in range(3):
         for start in range(0, len(train), 32):
             batch = collate([train[i] for i in range(start, min(start + 32, len(train)))])
             loss = model(**batch).loss
@@ -137,7 +137,7 @@ def learned(tmp_path_factory, tiny_model_dir):
 
 
 def _accuracy(model, split) -> float:
-    logits, _ = evaluate.forward_all(model, split, 32, 0, _nullcontext)
+    logits, _ = runtime.forward_all(model, split, 32, 0, _nullcontext)
     return float((np.stack(logits).argmax(-1) == np.array(split["labels"])).mean())
 
 
@@ -147,10 +147,10 @@ def test_int8_keeps_the_accuracy_of_a_learned_task(learned, tmp_path):
     meta = quantize.quantize(learned / "model", learned / "tokenized", tmp_path / "int8", "mrpc", 64)
     assert meta["verification"]["max_abs_diff"] == 0.0 and meta["calibration_samples"] == 64
     validation = datasets.load_from_disk(str(learned / "tokenized"))["validation"]
-    fp32 = _accuracy(evaluate.load_for_eval(str(learned / "model"), MRPC), validation)
-    int8 = _accuracy(quantize.load_quantized(tmp_path / "int8"), validation)
+    fp32 = _accuracy(runtime.load_for_eval(str(learned / "model"), MRPC), validation)
+    int8 = _accuracy(stacks.load_quantized(tmp_path / "int8"), validation)
     assert fp32 >= 0.95, f"the tiny model did not learn the task ({fp32})"
-    quantize.check_accuracy_gate(MRPC, {"accuracy": fp32}, {"accuracy": int8}, max_drop=1.0)
+    gate.check_accuracy_gate(MRPC, {"accuracy": fp32}, {"accuracy": int8}, max_drop=1.0)
 
 
 def test_failed_verification_keeps_no_artifact(learned, tmp_path, monkeypatch):
@@ -181,20 +181,20 @@ def test_evaluate_cli_applies_the_gate(learned, tmp_path):
 # ---------------------------------------------------------------- units
 
 def test_gate_names_both_numbers_and_passes_within_the_limit():
-    quantize.check_accuracy_gate(MRPC, {"accuracy": 0.86, "f1": 0.90}, {"accuracy": 0.855, "f1": 0.895}, 1.0)
+    gate.check_accuracy_gate(MRPC, {"accuracy": 0.86, "f1": 0.90}, {"accuracy": 0.855, "f1": 0.895}, 1.0)
     with pytest.raises(UserError) as err:
-        quantize.check_accuracy_gate(MRPC, {"accuracy": 0.86, "f1": 0.90}, {"accuracy": 0.84, "f1": 0.90}, 1.0)
+        gate.check_accuracy_gate(MRPC, {"accuracy": 0.86, "f1": 0.90}, {"accuracy": 0.84, "f1": 0.90}, 1.0)
     assert "accuracy int8 84.00 vs fp32 86.00 (-2.00 points)" in str(err.value)
     assert "f1" not in str(err.value).split("max_accuracy_drop")[0]
 
 
 def test_gate_reads_squad_percentages_and_mnli_mismatched():
     squad = tasks.get_task("squad")
-    quantize.check_accuracy_gate(squad, {"exact_match": 80.0, "f1": 88.0}, {"exact_match": 79.5, "f1": 87.2}, 1.0)
+    gate.check_accuracy_gate(squad, {"exact_match": 80.0, "f1": 88.0}, {"exact_match": 79.5, "f1": 87.2}, 1.0)
     with pytest.raises(UserError, match="exact_match int8 78.00 vs fp32 80.00"):
-        quantize.check_accuracy_gate(squad, {"exact_match": 80.0, "f1": 88.0}, {"exact_match": 78.0, "f1": 88.0}, 1.0)
+        gate.check_accuracy_gate(squad, {"exact_match": 80.0, "f1": 88.0}, {"exact_match": 78.0, "f1": 88.0}, 1.0)
     mnli = tasks.get_task("mnli")
-    drops = quantize.accuracy_drops(mnli, {"accuracy": 0.8, "accuracy_mm": 0.8, "samples_per_second": 9},
+    drops = gate.accuracy_drops(mnli, {"accuracy": 0.8, "accuracy_mm": 0.8, "samples_per_second": 9},
                                     {"accuracy": 0.8, "accuracy_mm": 0.7, "samples_per_second": 30})
     assert drops == pytest.approx({"accuracy": 0.0, "accuracy_mm": 10.0})
 
@@ -210,7 +210,7 @@ def test_max_abs_diff_of_rows_and_qa_pairs():
 
 def test_missing_artifact_says_what_to_do(tmp_path):
     with pytest.raises(UserError, match="not a finished INT8 artifact"):
-        quantize.load_quantized(tmp_path)
+        stacks.load_quantized(tmp_path)
 
 
 def test_ipex_stack_without_ipex_names_what_to_install(monkeypatch, learned, tmp_path):

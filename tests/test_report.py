@@ -7,14 +7,13 @@ import re
 import shutil
 import subprocess
 import tempfile
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from conftest import snakemake
 from test_sweep import EXPERIMENT, RUNS, sweep_run  # noqa: F401  (shared sweep fixture)
-from workflow.scripts.report import render as plots
+from workflow.scripts.report import charts, render, tables
 from workflow.scripts.common.atomic import write_json
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -47,7 +46,7 @@ def cells(html_text: str, table_id: str) -> list[list[str]]:
 # ------------------------------------------------------------------ tables
 
 def test_summary_table_has_every_run_and_its_scaling():
-    rows = cells(plots.summary_table(SUMMARY), "cpuddp-summary")
+    rows = cells(tables.summary_table(SUMMARY), "cpuddp-summary")
     header, first, second = rows
     assert header[:4] == ["run", "nodes", "ranks/node", "world"]
     assert {"speedup", "ideal", "efficiency", "fp32 f1", "int8 f1"} <= set(header)
@@ -58,7 +57,7 @@ def test_summary_table_has_every_run_and_its_scaling():
 
 
 def test_quantization_table_compares_fp32_and_int8():
-    header, quantized, plain = cells(plots.quantization_table(SUMMARY["runs"]), "cpuddp-quantization")
+    header, quantized, plain = cells(tables.quantization_table(SUMMARY["runs"]), "cpuddp-quantization")
     assert quantized[header.index("f1 fp32")] == "0.9" and quantized[header.index("f1 int8")] == "0.88"
     assert quantized[header.index("f1 Δ")] == "-0.02"
     assert quantized[header.index("int8 speedup")] == "2.50x"
@@ -70,7 +69,7 @@ def test_environment_table_has_a_column_per_run():
            "native_bf16_flags": False, "isa_flags": ["avx512f"], "mpi": {"flavour": "intel", "version": "2021.17"},
            "backend": "gloo", "backend_reason": "auto", "precision": "fp32", "precision_reason": "requested",
            "nodes": 1, "processes_per_node": 2, "threads_per_process": 32, "versions": {"torch": "2.13.0"}}
-    rows = cells(plots.environment_table({"a": env, "b": {**env, "host": "node2"}}), "cpuddp-environment")
+    rows = cells(tables.environment_table({"a": env, "b": {**env, "host": "node2"}}), "cpuddp-environment")
     assert rows[0][1:] == ["a", "b"]
     by_label = {row[0]: row[1:] for row in rows[1:]}
     assert by_label["host"] == ["node1", "node2"]
@@ -80,24 +79,24 @@ def test_environment_table_has_a_column_per_run():
 
 def test_table_cells_are_escaped():
     summary = {**SUMMARY, "runs": [entry("<b>x</b>", 1, 1.0, 1.0, 1.0, 1.0, FP32)]}
-    assert "<b>x</b>" not in plots.summary_table(summary)
+    assert "<b>x</b>" not in tables.summary_table(summary)
 
 
 # ------------------------------------------------------------------ charts
 
 def test_loss_points_in_samples_and_plain_lists():
-    assert plots.loss_points({"loss_history": [[2, 0.7], [4, 0.5]], "steps": 4, "train_samples": 64}) == \
+    assert charts.loss_points({"loss_history": [[2, 0.7], [4, 0.5]], "steps": 4, "train_samples": 64}) == \
         ([32.0, 64.0], [0.7, 0.5], "training samples")
-    assert plots.loss_points({"loss_history": [0.7, 0.25]})[:2] == ([1, 2], [0.7, 0.25])
+    assert charts.loss_points({"loss_history": [0.7, 0.25]})[:2] == ([1, 2], [0.7, 0.25])
 
 
 def test_charts_are_pngs(tmp_path):
     from PIL import Image
 
-    plots.plot_scaling(SUMMARY["runs"], {"source": "x", "figures": {"ppn2": {"speedup": 1.8}}},
-                       tmp_path / "scaling.png")
-    plots.plot_loss("ppn1", {"loss_history": [[1, 0.7], [2, 0.6]], "steps": 2, "train_samples": 32},
-                    tmp_path / "loss" / "ppn1.png")
+    charts.plot_scaling(SUMMARY["runs"], {"source": "x", "figures": {"ppn2": {"speedup": 1.8}}},
+                        tmp_path / "scaling.png")
+    charts.plot_loss("ppn1", {"loss_history": [[1, 0.7], [2, 0.6]], "steps": 2, "train_samples": 32},
+                     tmp_path / "loss" / "ppn1.png")
     for path in (tmp_path / "scaling.png", tmp_path / "loss" / "ppn1.png"):
         assert path.read_bytes().startswith(PNG)
         width, height = Image.open(path).size
@@ -110,7 +109,7 @@ def test_write_report_from_run_folders(tmp_path):
         write_json(results / e["run"] / "train_metrics.json",
                    {"loss_history": [[5, 0.6], [10, 0.4]], "steps": 10, "train_samples": 160})
         write_json(results / e["run"] / "environment.json", {"host": "h", "versions": {}})
-    written = plots.write_report(SUMMARY, {"published": None}, results, results / "report")
+    written = render.write_report(SUMMARY, {"published": None}, results, results / "report")
     names = {p.relative_to(results / "report").as_posix() for p in written}
     assert names == {"summary.html", "quantization.html", "environment.html", "scaling.png", "loss.png",
                      "loss/ppn1.png", "loss/ppn2.png", "overview.html"}
@@ -120,7 +119,7 @@ def test_write_report_from_run_folders(tmp_path):
 
 # ---------------------------------------------------- the workflow's report
 
-def test_workflow_writes_the_report_files(sweep_run):
+def test_workflow_writes_the_report_files(sweep_run):  # noqa: F811  (the imported fixture)
     report = sweep_run[0] / f"results/{EXPERIMENT}/report"
     for name in ["summary.html", "scaling.png", "loss.png", "quantization.html", "environment.html",
                  "overview.html"] + [f"loss/{run}.png" for run in RUNS]:
@@ -129,7 +128,7 @@ def test_workflow_writes_the_report_files(sweep_run):
 
 
 @pytest.fixture(scope="module")
-def html_report(sweep_run):
+def html_report(sweep_run):  # noqa: F811  (the imported fixture)
     work, configfile = sweep_run
     out = work / "report.html"
     done = snakemake(work, configfile, "--report", str(out))

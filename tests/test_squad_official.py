@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from workflow.scripts.data import demo as demo_data
+from workflow.scripts.data import demo
 from workflow.scripts.infer import metrics
 
 WHEEL = "allennlp_models-2.10.1-py3-none-any.whl"
@@ -71,7 +71,7 @@ def noisy_prediction(answers: list[str], context: str, rng: random.Random) -> st
 
 
 def references_and_predictions(tmp_path, version_2: bool, seed: int):
-    _, dev = demo_data.write_squad_demo(tmp_path, n_train=1, n_dev=300, seed=seed, version_2=version_2)
+    _, dev = demo.write_squad_demo(tmp_path, n_train=1, n_dev=300, seed=seed, version_2=version_2)
     dataset = json.loads(dev.read_text())["data"]
     rng = random.Random(seed)
     references, predictions = [], {}

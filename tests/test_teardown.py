@@ -25,8 +25,10 @@ from workflow.scripts.common import config as cfg
 from workflow.scripts.data import load as data, tokenize as tokenize_data
 from workflow.scripts.nodes import describe as environment
 from workflow.scripts.common import intel, logs
-from workflow.scripts.launch import command as launch, supervise
-from workflow.scripts.train import process_group, rank as train
+from workflow.scripts.launch import command as launch
+from workflow.scripts.launch import job, supervise
+from workflow.scripts.train import loop, process_group
+from workflow.scripts.train import rank as train
 from workflow.scripts.common.errors import UserError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -94,7 +96,7 @@ def test_a_failed_training_also_releases_ddp_first(tokenized, tmp_path, one_rank
     def fail(*args):
         raise RuntimeError("injected failure in the loop")
 
-    monkeypatch.setattr(train, "run_epochs", fail)
+    monkeypatch.setattr(loop, "run_epochs", fail)
     config, data_dir = tokenized
     with pytest.raises(RuntimeError, match="injected"):
         train.main(train_args(config, data_dir, tmp_path))
@@ -139,7 +141,7 @@ def stuck_launch(tmp_path, monkeypatch):
 
     def run(where: str) -> float:
         started = time.monotonic()
-        launch.run(config, info, [sys.executable, str(program), str(log_dir), where], log_dir)
+        job.run(config, info, [sys.executable, str(program), str(log_dir), where], log_dir)
         return time.monotonic() - started
 
     return run, log_dir

@@ -8,13 +8,13 @@ if (CONFIG["data"] or {}).get("generate"):
         output:
             train=CONFIG["data"]["train"],
             validation=CONFIG["data"]["validation"],
-        params:
-            task=CONFIG["task"],
-            settings=CONFIG["data"]["generate"],
         log:
             f"logs/data_generate_demo/{EXP}.log",
         conda:
             "../../envs/cpuddp.yaml"
+        params:
+            task=CONFIG["task"],
+            settings=CONFIG["data"]["generate"],
         shell:
             "python -m workflow.scripts.data.demo --task {params.task} --out $(dirname {output.train:q})"
             " --train {params.settings[train]} --dev {params.settings[validation]}"

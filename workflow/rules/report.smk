@@ -6,21 +6,6 @@
 report: "../report/workflow.rst"
 
 
-rule config_report:
-    output:
-        f"{RESULTS}/config/report.json",
-    params:
-        content=json.dumps(
-            {k: CONFIG.get(k) for k in ("experiment", "task", "model", "published")},
-            sort_keys=True,
-        ),
-    log:
-        f"logs/config_report/{EXP}.log",
-    run:
-        with open(output[0], "w") as handle:
-            print(params.content, file=handle)
-
-
 # One job writes summary.json and the report files, so that `rule all`
 # (summary.json) leaves everything `snakemake --report` needs.
 rule report_summary:
@@ -78,15 +63,15 @@ rule report_summary:
             category="Environment",
             labels={"table": "every run"},
         ),
+    log:
+        f"logs/report_summary/{EXP}.log",
+    conda:
+        "../../envs/cpuddp.yaml"
     params:
         runs=[a for run in RUNS for a in ("--run", run)],
         experiment=EXP,
         results=lambda wc, output: os.path.dirname(output.summary),
         report_dir=lambda wc, output: os.path.dirname(output.scaling),
-    log:
-        f"logs/report_summary/{EXP}.log",
-    conda:
-        "../../envs/cpuddp.yaml"
     shell:
         "python -m workflow.scripts.report.summary --experiment {params.experiment:q} --results {params.results:q}"
         " {params.runs:q} --out {output.summary} 2> {log}"

@@ -1,4 +1,5 @@
-# DDP training: launch.py starts every rank with mpirun (argument lists only).
+# DDP training (workflow/scripts/train): the launcher (workflow/scripts/launch)
+# starts every rank with mpirun or srun, argument lists only.
 
 
 rule train_ddp:
@@ -13,23 +14,23 @@ rule train_ddp:
         "logs/train_ddp/{experiment}/{run}.log",
     benchmark:
         "benchmarks/train_ddp/{experiment}/{run}.tsv"
+    conda:
+        "../../envs/cpuddp.yaml"
+    # The ranks take the nodes' cores; one MPI job at a time on them (the
+    # profiles cap `mpi`). On Slurm (profiles/slurm) the same resources size
+    # the allocation; the launcher then starts the ranks with srun.
+    threads: workflow.cores
+    resources:
+        mpi=lambda wc: int(resources.mpi_job(dist_of(wc))),
+        nodes=lambda wc: dist_of(wc)["nodes"],
+        tasks=lambda wc: resources.slurm_tasks(dist_of(wc))["tasks"],
+        tasks_per_node=lambda wc: resources.slurm_tasks(dist_of(wc))["tasks_per_node"],
+        cpus_per_task=lambda wc: resources.slurm_cpus(dist_of(wc)),
     params:
         rank_logs="logs/train_ddp/{experiment}/{run}",
         run_dir=lambda wc, output: os.path.dirname(output.metrics),
-    # The ranks take the nodes' cores; one MPI job at a time on them (the
-    # profiles cap `mpi`). On Slurm (profiles/slurm) the same resources size
-    # the allocation; launch.py then starts the ranks with srun.
-    threads: workflow.cores
-    resources:
-        mpi=lambda wc: int(launch.mpi_job(RUNS[wc.run]["distributed"])),
-        nodes=lambda wc: RUNS[wc.run]["distributed"]["nodes"],
-        tasks=lambda wc: launch.slurm_tasks(RUNS[wc.run]["distributed"])["tasks"],
-        tasks_per_node=lambda wc: launch.slurm_tasks(RUNS[wc.run]["distributed"])["tasks_per_node"],
-        cpus_per_task=lambda wc: launch.slurm_cpus(RUNS[wc.run]["distributed"]),
-    conda:
-        "../../envs/cpuddp.yaml"
     shell:
-        "python -m workflow.scripts.launch.command --config {input.cfg} --environment {input.env}"
+        "python -m workflow.scripts.launch --config {input.cfg} --environment {input.env}"
         " --log-dir {params.rank_logs} --"
         " python -m workflow.scripts.train.rank --config {input.cfg} --environment {input.env}"
         " --data {input.data} --out {params.run_dir} --log-dir {params.rank_logs} 2>&1 | tee {log}"
@@ -46,11 +47,11 @@ rule tune_layout:
         "results/{experiment}/tune/layout.json",
     log:
         "logs/tune_layout/{experiment}.log",
+    conda:
+        "../../envs/cpuddp.yaml"
     threads: workflow.cores
     resources:
         mpi=1,
-    conda:
-        "../../envs/cpuddp.yaml"
     shell:
         "python -m workflow.scripts.train.tune --config {input.cfg} --data {input.data} --out {output} 2> {log}"
 

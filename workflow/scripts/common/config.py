@@ -17,6 +17,7 @@ import yaml
 
 from workflow.scripts.common.errors import UserError
 from workflow.scripts.common.hostfile import check_nodes
+from workflow.scripts.common.tasks import formats_for, get_task
 
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "schemas" / "config.schema.yaml"
 SWEEP_SECTIONS = {
@@ -99,9 +100,9 @@ def _check_consistency(config: dict) -> None:
             "config error: task mnli needs data.validation_mismatched "
             "(the dev_mismatched file) besides data.validation"
         )
-    qa = config["task"].startswith("squad")
-    if data and (data["format"] == "squad_json") != qa:
-        want = "squad_json" if qa else "glue_tsv, csv, jsonl or parquet"
+    fits = formats_for(get_task(config["task"]))
+    if data and data["format"] not in fits:
+        want = ", ".join(fits[:-1]) + " or " + fits[-1] if len(fits) > 1 else fits[0]
         raise ConfigError(f"config error: data.format {data['format']} does not fit task {config['task']}; use {want}")
 
 

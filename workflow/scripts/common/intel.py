@@ -11,12 +11,12 @@ needs any of this.
 
 from __future__ import annotations
 
-import importlib.metadata as md
 import importlib.util
 import os
 import socket
 from pathlib import Path
 
+from workflow.scripts.common import versions
 from workflow.scripts.common.errors import UserError
 
 IPEX_MODULE = "intel_extension_for_pytorch"
@@ -51,13 +51,7 @@ CCL_PAIRS = {
 
 def installed_versions() -> dict:
     """torch, IPEX and oneccl_bind_pt versions from metadata (None = absent)."""
-    found = {}
-    for name in ("torch", IPEX_MODULE, CCL_PACKAGE):
-        try:
-            found[name] = md.version(name)
-        except md.PackageNotFoundError:
-            found[name] = None
-    return found
+    return versions.installed("torch", IPEX_MODULE, CCL_PACKAGE)
 
 
 def release(version: str) -> str:

@@ -125,6 +125,20 @@ TASKS: dict[str, Task] = {t.name: t for t in (
 )}
 
 
+def formats_for(task: Task, qa_columns: bool = False) -> tuple[str, ...]:
+    """Local data formats (config ``data.format``) that fit ``task``, its own
+    archive format first; the config check and load_local both ask here.
+
+    GLUE: glue_tsv, csv, jsonl, parquet. SQuAD: squad_json only, as the
+    config takes it; with ``qa_columns`` also csv, jsonl and parquet, which
+    load_local reads too.
+    """
+    columns = ("csv", "jsonl", "parquet")
+    if task.is_qa:
+        return ("squad_json", *columns) if qa_columns else ("squad_json",)
+    return ("glue_tsv", *columns) if task.glue_tsv else columns
+
+
 def get_task(name: str) -> Task:
     """Look a task up by name, failing with the list of allowed names."""
     try:

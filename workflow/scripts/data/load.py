@@ -2,21 +2,19 @@
 
 from __future__ import annotations
 
-import argparse
-import json
 
 import datasets
 
-from workflow.scripts.common import config as cfg
+from workflow.scripts.common import config as cfg, step
 from workflow.scripts.common import tasks
 from workflow.scripts.common.atomic import atomic_dir
-from workflow.scripts.common.errors import run_cli
 from workflow.scripts.data.sources import load_hub, load_local
 
 datasets.disable_progress_bars()
 
 
 def load(config: dict):
+    """Local files when the config names them, else the Hub."""
     task = tasks.get_task(config["task"])
     files = cfg.data_files(config)
     if files:
@@ -25,11 +23,10 @@ def load(config: dict):
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--config", required=True, help="data configuration JSON")
+    parser = step.parser(__doc__)
     parser.add_argument("--out", required=True, help="folder for the Arrow DatasetDict")
     args = parser.parse_args(argv)
-    config = json.loads(open(args.config).read())
+    config = step.read_config(args)
     dataset = load(config)
     with atomic_dir(args.out) as tmp:
         dataset.save_to_disk(str(tmp))
@@ -38,4 +35,4 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    run_cli(main)
+    step.entry(main)

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import argparse
-import json
 
 import datasets
-from workflow.scripts.infer import qa
-from workflow.scripts.common import tasks
+
+from workflow.scripts.common import step, tasks
 from workflow.scripts.common.atomic import atomic_dir
-from workflow.scripts.common.errors import run_cli
 from workflow.scripts.common.modeling import load_tokenizer
+from workflow.scripts.data import qa_features
 
 datasets.disable_progress_bars()
 
@@ -26,16 +24,20 @@ def encode_pairs(task: tasks.Task, tokenizer, max_length: int):
 
 
 def tokenize_split(task, tokenizer, split_name: str, split, train: dict):
+    """One split; QA train and eval splits need different features (positions vs offsets)."""
     if not task.is_qa:
         encode = encode_pairs(task, tokenizer, train["max_seq_length"])
     elif split_name == "train":
-        encode = lambda b: qa.prepare_train_features(b, tokenizer, train["max_seq_length"], train["doc_stride"])  # noqa: E731
+        encode = lambda b: qa_features.prepare_train_features(  # noqa: E731
+            b, tokenizer, train["max_seq_length"], train["doc_stride"])
     else:
-        encode = lambda b: qa.prepare_eval_features(b, tokenizer, train["max_seq_length"], train["doc_stride"])  # noqa: E731
+        encode = lambda b: qa_features.prepare_eval_features(  # noqa: E731
+            b, tokenizer, train["max_seq_length"], train["doc_stride"])
     return split.map(encode, batched=True, remove_columns=split.column_names, desc=f"tokenize {split_name}")
 
 
 def tokenize(config: dict, raw: datasets.DatasetDict) -> datasets.DatasetDict:
+    """Every split of the data step's output, with the run's tokenizer."""
     task = tasks.get_task(config["task"])
     tokenizer = load_tokenizer(config["model"], config.get("trust_remote_code", False))
     return datasets.DatasetDict({
@@ -44,12 +46,11 @@ def tokenize(config: dict, raw: datasets.DatasetDict) -> datasets.DatasetDict:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--config", required=True, help="tokenize configuration JSON")
+    parser = step.parser(__doc__)
     parser.add_argument("--data", required=True, help="Arrow DatasetDict from the data step")
     parser.add_argument("--out", required=True, help="folder for the tokenized DatasetDict")
     args = parser.parse_args(argv)
-    config = json.loads(open(args.config).read())
+    config = step.read_config(args)
     tokenized = tokenize(config, datasets.load_from_disk(args.data))
     with atomic_dir(args.out) as tmp:
         tokenized.save_to_disk(str(tmp))
@@ -57,4 +58,4 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    run_cli(main)
+    step.entry(main)

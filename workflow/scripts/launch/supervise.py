@@ -9,6 +9,7 @@ teardown still succeeds, with a warning: nothing finished is thrown away.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -16,6 +17,8 @@ import socket
 import subprocess
 import sys
 import time
+
+import psutil
 
 from workflow.scripts.common import logs
 from workflow.scripts.common.errors import UserError
@@ -66,22 +69,20 @@ def is_here(status: dict) -> bool:
 
 
 def pid_alive(pid: int) -> bool:
+    """A zombie (exited, not yet reaped by its parent) counts as gone."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
         return False
-    except PermissionError:
+    except psutil.AccessDenied:
         return True
-    return True
 
 
 def signal_ranks(statuses: list[dict], signum: int) -> None:
     for status in statuses:
         if is_here(status):
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(status["pid"], signum)
-            except ProcessLookupError:
-                pass
 
 
 def dump_stacks(statuses: list[dict]) -> None:

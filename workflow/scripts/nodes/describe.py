@@ -1,37 +1,31 @@
-"""Environment check: record versions, CPU and ISA, decide backend/precision.
-
-Writes environment.json; refuses (exit 1, one line) when the requested
-backend or precision cannot run on this machine.
+"""One node's description and decisions: versions, CPU and ISA, and the
+backend, precision, IPEX and threads a run uses there. Refuses (one line)
+when the requested backend or precision cannot run on this node.
 """
 
 from __future__ import annotations
 
-import argparse
+import hashlib
 import importlib
-import importlib.metadata as md
-import json
 import platform
 import sys
 import time
+from pathlib import Path
 
 from workflow.scripts.common import hardware, intel
-from workflow.scripts.launch import command as launch
-from workflow.scripts.common.atomic import write_json
-from workflow.scripts.common.errors import UserError, run_cli
+from workflow.scripts.common.errors import UserError
+from workflow.scripts.common.versions import installed
+from workflow.scripts.launch import mpi
 
+ROOT = Path(__file__).resolve().parents[3]
+# What the revision covers (the code that runs).
+REVISION_PATHS = ("Snakefile", "requirements.lock", "workflow")
 PACKAGES = ("torch", "transformers", "datasets", "snakemake", "intel_extension_for_pytorch",
             "oneccl_bind_pt")
-CCL_MODULE = "oneccl_bindings_for_pytorch"
 
 
 def versions() -> dict:
-    found = {"python": platform.python_version()}
-    for name in PACKAGES:
-        try:
-            found[name] = md.version(name)
-        except md.PackageNotFoundError:
-            found[name] = None
-    return found
+    return installed(*PACKAGES, python=True)
 
 
 def choose_backend(requested: str) -> tuple[str, str]:
@@ -39,21 +33,21 @@ def choose_backend(requested: str) -> tuple[str, str]:
     if requested == "gloo":
         return "gloo", "requested"  # ccl is never imported, whatever its state
     try:
-        importlib.import_module(CCL_MODULE)
+        importlib.import_module(intel.CCL_MODULE)
         ccl_error = None
     except Exception as err:  # an ABI mismatch raises more than ImportError
         ccl_error = f"{type(err).__name__}: {err}".splitlines()[0]
     if requested == "ccl":
         if ccl_error:
             raise UserError(
-                f"backend ccl requested but {CCL_MODULE} does not import ({ccl_error}); "
+                f"backend ccl requested but {intel.CCL_MODULE} does not import ({ccl_error}); "
                 f"{intel.ccl_install_hint(intel.installed_versions()['torch'])} (README, Intel stack), "
                 "or set distributed.backend: gloo"
             )
         return "ccl", "requested"
     if ccl_error:
-        return "gloo", f"auto: {CCL_MODULE} not importable"
-    return "ccl", f"auto: {CCL_MODULE} imports"
+        return "gloo", f"auto: {intel.CCL_MODULE} not importable"
+    return "ccl", f"auto: {intel.CCL_MODULE} imports"
 
 
 def matmul_gflops(dtype, size: int = 512, seconds: float = 0.3) -> float:
@@ -112,10 +106,10 @@ def describe(config: dict, launcher: bool = True) -> dict:
     backend, backend_why = choose_backend(dist["backend"])
     ipex, ipex_why = intel.ipex_status(ipex_requested)
     precision, precision_why, speed = choose_precision(train["precision"], cpu["isa_flags"])
-    mpi = launch.detect_launcher(dist) if launcher else None
+    launched_by = mpi.detect_launcher(dist) if launcher else None
     return {
         "versions": found,
-        "mpi": mpi,
+        "mpi": launched_by,
         "host": platform.node(),
         **cpu,
         "native_bf16_flags": hardware.has_native_bf16(cpu["isa_flags"]),
@@ -133,18 +127,47 @@ def describe(config: dict, launcher: bool = True) -> dict:
     }
 
 
-def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--config", required=True, help="run configuration JSON")
-    parser.add_argument("--out", required=True, help="environment.json to write")
-    args = parser.parse_args(argv)
-    config = json.loads(open(args.config).read())
-    info = describe(config)
-    print(f"backend {info['backend']} ({info['backend_reason']}); precision {info['precision']} "
-          f"({info['precision_reason']}); ipex {'on' if info['ipex'] else 'off'} ({info['ipex_reason']}); "
-          f"{info['threads_per_process']} threads per process", file=sys.stderr)
-    write_json(args.out, info)
+def workflow_files(root: Path, paths=REVISION_PATHS) -> list[Path]:
+    found = []
+    for name in paths:
+        path = root / name
+        if path.is_file():
+            found.append(path)
+        elif path.is_dir():
+            found += [p for p in path.rglob("*") if p.is_file() and "__pycache__" not in p.parts
+                      and not p.name.endswith((".pyc", ".cpuddp-tmp"))]
+    return sorted(found)
 
 
-if __name__ == "__main__":
-    run_cli(main)
+def revision(root: Path = ROOT) -> str:
+    """Digest of the workflow's code: equal on two nodes iff they run the same code."""
+    digest = hashlib.sha256()
+    for path in workflow_files(root):
+        digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def node_summary(name: str, report: dict) -> dict:
+    keys = ("host", "versions", "revision", "cpu_model", "sockets", "physical_cores", "logical_cpus",
+            "threads_per_process", "gloo_ifname", "python_executable")
+    return {"node": name, **{k: report.get(k) for k in keys}}
+
+
+def combine(config: dict, named: list[tuple[str, dict]], mpi: dict) -> dict:
+    """environment.json: the first node's report, the launcher, every node."""
+    first = dict(named[0][1])
+    ifnames = {r.get("gloo_ifname") for _, r in named}
+    first.update({
+        "mpi": mpi,
+        "revision": first["revision"],
+        "threads_per_process": min(int(r["threads_per_process"]) for _, r in named),
+        "gloo_ifname": ifnames.pop() if len(ifnames) == 1 else None,
+        "node_reports": [node_summary(name, r) for name, r in named],
+    })
+    return first
+
+
+def environment_record(config: dict) -> dict:
+    """environment.json of a run on this machine alone (no per-node launch)."""
+    report = {**describe(config), "revision": revision(), "python_executable": sys.executable, "gloo_ifname": None}
+    return combine(config, [("localhost", report)], report["mpi"])

@@ -22,6 +22,8 @@ import yaml
 from workflow.scripts.common import config as cfg
 from workflow.scripts.common.atomic import read_json
 from workflow.scripts.common.errors import UserError, run_cli
+from workflow.scripts.report.numbers import figure, ratio
+from workflow.scripts.report.runs import published_figures
 
 EXPERIMENTS = Path("experiments")
 FIELDS = (
@@ -47,15 +49,20 @@ class Side:
     published: dict | None
     configfile: Path | None = None
 
+    def entries(self) -> list[dict]:
+        """The summary's run entries; none before the experiment ran."""
+        return (self.summary or {}).get("runs", [])
+
     def runs(self) -> list[str]:
-        names = [e["run"] for e in (self.summary or {}).get("runs", [])]
+        """Run names: those that ran, then those only published."""
+        names = [e["run"] for e in self.entries()]
         return names + [r for r in self.figures() if r not in names]
 
     def entry(self, run: str | None) -> dict:
-        return next((e for e in (self.summary or {}).get("runs", []) if e["run"] == run), {})
+        return next((e for e in self.entries() if e["run"] == run), {})
 
     def figures(self) -> dict:
-        return (self.published or {}).get("figures") or {}
+        return published_figures(self.published)
 
 
 def _experiment_file(path: Path, results: Path) -> Side:
@@ -98,31 +105,21 @@ def value_at(entry: dict, key: str):
 
 def field_keys(sides: list[Side]) -> list[tuple[str, str]]:
     """FIELDS, then every eval metric and published key found, in order."""
-    keys = list(FIELDS)
-    known = {k for k, _ in keys}
-    for side in sides:
-        for run in side.runs():
-            found = [f"eval.{p}.{m}" for p in ("fp32", "int8")
-                     for m in (value_at(side.entry(run), f"eval.{p}") or {})]
-            for key in found + list(side.figures().get(run, {})):
-                if key not in known:
-                    keys.append((key, key.replace(".", " ").replace("_per_second", "/s")))
-                    known.add(key)
-    return keys
+    known = dict(FIELDS)
+    found = dict.fromkeys(key for side in sides for run in side.runs() for key in _run_keys(side, run))
+    return list(FIELDS) + [(key, key.replace(".", " ").replace("_per_second", "/s"))
+                           for key in found if key not in known]
+
+
+def _run_keys(side: Side, run: str) -> list[str]:
+    """A run's eval metrics (as dotted paths), then its published keys."""
+    metrics = [f"eval.{p}.{m}" for p in ("fp32", "int8") for m in (value_at(side.entry(run), f"eval.{p}") or {})]
+    return metrics + list(side.figures().get(run, {}))
 
 
 def cell(value) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return str(value)
-
-
-def ratio(a, b) -> str:
-    """b / a for two numbers, else empty."""
-    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (a, b))
-    return f"{b / a:.2f}x" if numbers and a else ""
+    """A Markdown cell: empty for missing, ints as they are (no grouping)."""
+    return figure(value, missing="", thousands=False)
 
 
 def run_pairs(a: Side, b: Side | None) -> list[tuple[str | None, str | None]]:

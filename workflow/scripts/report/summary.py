@@ -7,15 +7,18 @@ from pathlib import Path
 
 from workflow.scripts.common.atomic import read_json, write_json
 from workflow.scripts.common.errors import run_cli
+from workflow.scripts.report.runs import ENVIRONMENT, read_environment, read_train_metrics
 
 
 def _optional(path: Path):
+    """A JSON file that a run may lack (eval_int8.json without quantization)."""
     return read_json(path) if path.is_file() else None
 
 
 def run_entry(name: str, run_dir: Path) -> dict:
-    env = read_json(run_dir / "environment.json")
-    train = read_json(run_dir / "train_metrics.json")
+    """The summary.json entry of one run folder (fields: DESIGN.md)."""
+    env = read_environment(run_dir)
+    train = read_train_metrics(run_dir)
     return {
         "run": name,
         "nodes": env["nodes"],
@@ -38,7 +41,7 @@ def run_entry(name: str, run_dir: Path) -> dict:
             "int8": _optional(run_dir / "eval_int8.json"),
         },
         "model": str(run_dir / "model"),
-        "environment": str(run_dir / "environment.json"),
+        "environment": str(run_dir / ENVIRONMENT),
     }
 
 
@@ -64,6 +67,7 @@ def _cores(entry: dict) -> int:
 
 
 def summarize(experiment: str, results_dir: Path, runs: list[str]) -> dict:
+    """summary.json: one entry per run, the first run the scaling baseline."""
     entries = [run_entry(name, results_dir / name) for name in runs]
     add_scaling(entries)
     return {"experiment": experiment, "baseline": entries[0]["run"], "runs": entries}

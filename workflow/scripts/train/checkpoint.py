@@ -33,18 +33,18 @@ def set_rng_state(state: dict) -> None:
     torch.set_rng_state(state["torch"])
 
 
-def save(root, step: int, position: dict, fingerprint: str, model, optimizer, scheduler,
-         rng_states: list, keep: int) -> Path:
-    """Write checkpoint `step` atomically and keep only the newest `keep`."""
+def save(root, step: int, state: dict, meta: dict, keep: int) -> Path:
+    """Write checkpoint `step` atomically and keep only the newest `keep`.
+    `state`: model, optimizer, scheduler and rng (every rank's) state;
+    `meta`: the loop's position and the settings' fingerprint."""
     root = Path(root)
     final = _folder(root, step)
     tmp = root / f".{final.name}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    torch.save(model.state_dict(), tmp / "model.pt")
-    torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-                "rng": rng_states}, tmp / "state.pt")
-    (tmp / MARKER).write_text(json.dumps({"step": step, "fingerprint": fingerprint, **position}))
+    torch.save(state["model"], tmp / "model.pt")
+    torch.save({k: v for k, v in state.items() if k != "model"}, tmp / "state.pt")
+    (tmp / MARKER).write_text(json.dumps({**meta, "step": step}))
     _fsync_dir(tmp)
     shutil.rmtree(final, ignore_errors=True)
     os.replace(tmp, final)

@@ -14,11 +14,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-from workflow.scripts.nodes import describe as environment
 from workflow.scripts.common import hardware
-from workflow.scripts.launch import command as launch
 from workflow.scripts.common.atomic import read_json, write_json
 from workflow.scripts.common.errors import UserError, run_cli
+from workflow.scripts.launch import job
+from workflow.scripts.nodes import describe
 
 
 def layouts(cores: int) -> list[tuple[int, int]]:
@@ -35,16 +35,16 @@ def burst_config(config: dict, ranks: int, threads: int, steps: int) -> dict:
 
 def train_once(config: dict, data: str, work: Path, what: str = "tuning burst") -> tuple[dict, dict]:
     """One training run of `config` launched like the workflow's: (environment, train_metrics)."""
-    info = environment.describe(config)
+    info = describe.environment_record(config)
     (work / "train.json").write_text(json.dumps(config))
     (work / "env.json").write_text(json.dumps(info))
     program = [sys.executable, "-m", "workflow.scripts.train.rank", "--config", str(work / "train.json"),
                "--environment", str(work / "env.json"), "--data", data, "--out", str(work),
                "--log-dir", str(work / "logs")]
     try:
-        launch.run(config, info, program, work / "logs", quiet=True)
+        job.run(config, info, program, work / "logs", quiet=True)
     except UserError as err:
-        raise UserError(f"{what} failed with {config['distributed']['processes_per_node']} ranks: {err}")
+        raise UserError(f"{what} failed with {config['distributed']['processes_per_node']} ranks: {err}") from None
     return info, read_json(work / "train_metrics.json")
 
 

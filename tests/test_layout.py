@@ -1,0 +1,114 @@
+"""The code's shape: stage packages without import circles, entry points one
+hop from their rules, short modules and functions, and the schema's enums
+drawn from the task table."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import yaml
+
+from workflow.scripts.common import tasks
+from workflow.scripts.data.readers import FORMATS
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPTS = REPO / "workflow" / "scripts"
+MAX_MODULE_LINES, MAX_FUNCTION_LINES = 300, 50
+
+
+def modules() -> dict[str, Path]:
+    """Dotted name -> file, for every module of workflow.scripts."""
+    found = {}
+    for path in sorted(SCRIPTS.rglob("*.py")):
+        parts = path.relative_to(REPO).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        found[name] = path
+    return found
+
+
+def imports(path: Path, known: dict) -> set[str]:
+    """The workflow.scripts modules a module imports (at any depth)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("workflow.scripts"):
+            for alias in node.names:
+                full = f"{node.module}.{alias.name}"
+                found.add(full if full in known else node.module)
+        elif isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name in known}
+    return found - {"workflow.scripts"}
+
+
+def is_entry(path: Path) -> bool:
+    """A module run with `python -m`: it ends in `if __name__ == "__main__":`."""
+    body = ast.parse(path.read_text()).body
+    return path.name == "__main__.py" or any(
+        isinstance(node, ast.If) and "__main__" in ast.unparse(node.test) for node in body)
+
+
+def test_no_import_circle():
+    known = modules()
+    graph = {name: imports(path, known) for name, path in known.items()}
+    state: dict[str, str] = {}
+
+    def visit(name, trail):
+        state[name] = "open"
+        for dep in sorted(graph.get(name, ())):
+            assert state.get(dep) != "open", "import circle: " + " -> ".join([*trail, name, dep])
+            if dep not in state:
+                visit(dep, [*trail, name])
+        state[name] = "done"
+
+    for name in graph:
+        if name not in state:
+            visit(name, [])
+
+
+def test_no_module_imports_another_stage_entry_point():
+    known = modules()
+    for name, path in known.items():
+        stage = name.split(".")[2] if name.count(".") >= 2 else None
+        for dep in imports(path, known):
+            dep_stage = dep.split(".")[2] if dep.count(".") >= 2 else None
+            if dep_stage != stage and dep in known and is_entry(known[dep]):
+                raise AssertionError(f"{name} imports {dep}, the entry point of stage {dep_stage}")
+
+
+def test_every_stage_is_a_package_with_a_rule_file():
+    packages = sorted(p.name for p in SCRIPTS.iterdir() if (p / "__init__.py").is_file())
+    assert packages == ["common", "data", "infer", "launch", "nodes", "report", "train"]
+    assert not list(SCRIPTS.glob("*.py")) or [p.name for p in SCRIPTS.glob("*.py")] == ["__init__.py"]
+    rules = {p.stem for p in (REPO / "workflow" / "rules").glob("*.smk")}
+    assert {"data", "train", "infer", "nodes", "report"} <= rules
+
+
+def test_rules_run_modules_that_exist():
+    known = modules()
+    for rule_file in (REPO / "workflow" / "rules").glob("*.smk"):
+        for module in re.findall(r"python -m (workflow\.scripts\.[\w.]+)", rule_file.read_text()):
+            assert module in known, f"{rule_file.name} runs {module}, which does not exist"
+
+
+def test_modules_and_functions_are_short():
+    too_long = []
+    for name, path in modules().items():
+        lines = len(path.read_text().splitlines())
+        if lines > MAX_MODULE_LINES:
+            too_long.append(f"{name}: {lines} lines")
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = node.end_lineno - node.lineno + 1
+                if length > MAX_FUNCTION_LINES:
+                    too_long.append(f"{name}.{node.name}: {length} lines")
+    assert not too_long, too_long
+
+
+def test_schema_enums_come_from_the_task_table():
+    schema = yaml.safe_load((REPO / "workflow" / "schemas" / "config.schema.yaml").read_text())
+    props = schema["properties"]
+    assert props["task"]["enum"] == list(tasks.TASKS)
+    assert props["data"]["properties"]["format"]["enum"] == list(FORMATS)
+    every_format = {f for name in tasks.TASKS for f in tasks.formats_for(tasks.get_task(name), qa_columns=True)}
+    assert every_format == set(FORMATS)

@@ -1,0 +1,41 @@
+# Every node of a run: the environment check, and node set-up on request
+# (workflow/scripts/nodes).
+
+
+rule environment_check:
+    input:
+        cfg="results/{experiment}/{run}/config/environment.json",
+        layout=tuned_layout,
+    output:
+        "results/{experiment}/{run}/environment.json",
+    log:
+        "logs/environment_check/{experiment}/{run}.log",
+    conda:
+        "../../envs/cpuddp.yaml"
+    # One rank per node, through the launcher that trains: every node must
+    # agree on versions and workflow revision.
+    resources:
+        mpi=lambda wc: int(resources.per_node_job(dist_of(wc))),
+        nodes=lambda wc: dist_of(wc)["nodes"],
+        tasks=lambda wc: resources.slurm_tasks(dist_of(wc), 1)["tasks"],
+        cpus_per_task=1,
+    params:
+        layout=lambda wc, input: f"--layout {input.layout}" if input.layout else "",
+    shell:
+        "python -m workflow.scripts.nodes.check --config {input.cfg} {params.layout} --out {output} 2> {log}"
+
+
+# On request only (`snakemake --profile profiles/xeon setup_nodes`): where the
+# nodes share no filesystem, copy this workflow to the same path on every node
+# and build its pinned .venv there (`make venv`), through the same launcher.
+rule setup_nodes:
+    input:
+        cfg=f"{RESULTS}/{max(RUNS, key=lambda r: RUNS[r]['distributed']['nodes'])}/config/environment.json",
+    log:
+        f"logs/setup_nodes/{EXP}.log",
+    conda:
+        "../../envs/cpuddp.yaml"
+    resources:
+        mpi=1,
+    shell:
+        "python -m workflow.scripts.nodes.setup --config {input.cfg} 2> {log}"

@@ -1,0 +1,60 @@
+"""The run decisions every step reads, typed: made once by the environment
+check (environment.json) and never recomputed by a step."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class RunDecisions:
+    backend: str
+    """Process group backend: gloo, or ccl (oneCCL bindings)."""
+    precision: str
+    """fp32 or bf16 (bf16 only where the CPU has it natively)."""
+    threads_per_process: int
+    """Torch and OpenMP threads of every rank."""
+    nodes: int
+    processes_per_node: int
+    """Ranks on each node: the configured one, or the tuned layout's."""
+    mpi: dict | None = None
+    """The launcher: mpirun path, flavour (intel, mpich, openmpi; slurm) and version."""
+    ipex: bool = False
+    """Intel Extension for PyTorch optimizes the model."""
+    gloo_ifname: str | None = None
+    """The interface that reaches the first node on every node (several nodes)."""
+    backend_reason: str = "?"
+    precision_reason: str = "?"
+    ipex_reason: str = "?"
+    """Why each choice was made, for the logs."""
+
+    def __post_init__(self):
+        if self.threads_per_process < 1 or self.nodes < 1 or self.processes_per_node < 1:
+            raise ValueError(f"environment.json: {self.nodes} nodes x {self.processes_per_node} ranks x "
+                             f"{self.threads_per_process} threads; each must be at least 1 (rerun the check)")
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.processes_per_node
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def of(cls, info: dict | RunDecisions) -> RunDecisions:
+        """From environment.json's content (extra keys are the record, not decisions)."""
+        if isinstance(info, cls):
+            return info
+        known = {f.name for f in fields(cls)}
+        values = {k: v for k, v in info.items() if k in known}
+        values["threads_per_process"] = int(values["threads_per_process"])
+        values["ipex"] = bool(values.get("ipex"))
+        values.setdefault("nodes", 1)
+        values.setdefault("processes_per_node", info.get("world_size", 1) // values["nodes"])
+        return cls(**values)
+
+    @classmethod
+    def load(cls, path) -> RunDecisions:
+        return cls.of(json.loads(Path(path).read_text()))

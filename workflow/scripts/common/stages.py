@@ -1,0 +1,47 @@
+"""The slice of the configuration each stage depends on, and nothing more:
+the workflow writes one file per slice (rule `config_stage`), rewritten only
+when its content changes, so that changing an evaluation setting never
+retrains and changing nothing does nothing."""
+
+from __future__ import annotations
+
+import json
+
+SHARED_STAGES = ("data", "tokenize", "report")  # one per experiment
+RUN_STAGES = ("environment", "train", "evaluate", "quantize")  # one per run of a sweep
+# Not what quantize_static depends on: changing the gate reruns evaluate_int8 only.
+QUANTIZE_EXCLUDED = ("enabled", "max_accuracy_drop")
+
+
+def pick(source: dict, *keys: str) -> dict:
+    return {k: source[k] for k in keys if k in source}
+
+
+def stage_config(stage: str, config: dict) -> dict:
+    """The slice of `config` (the experiment's, or one run's) that `stage` reads."""
+    model = pick(config, "task", "model", "trust_remote_code")
+    slices = {
+        "data": lambda: {"task": config["task"], "data": data_slice(config)},
+        "tokenize": lambda: {**model, "train": pick(config["train"], "max_seq_length", "doc_stride")},
+        "report": lambda: {k: config.get(k) for k in ("experiment", "task", "model", "published")},
+        "environment": lambda: {"distributed": config["distributed"],
+                                "train": pick(config["train"], "precision", "ipex")},
+        "train": lambda: {**model, "train": config["train"], "distributed": config["distributed"]},
+        "evaluate": lambda: {"task": config["task"], "evaluation": config["evaluation"]},
+        "quantize": lambda: {"task": config["task"], "quantization": {
+            k: v for k, v in config["quantization"].items() if k not in QUANTIZE_EXCLUDED}},
+    }
+    if stage not in slices:
+        raise ValueError(f"unknown stage {stage}")
+    return slices[stage]()
+
+
+def data_slice(config: dict) -> dict | None:
+    """The data files and format; how the demo generates them does not matter."""
+    data = dict(config["data"] or {})
+    data.pop("generate", None)
+    return data or None
+
+
+def stage_json(stage: str, config: dict) -> str:
+    return json.dumps(stage_config(stage, config), sort_keys=True)

@@ -1,0 +1,86 @@
+"""Inference runtime: load a model to run, run it over a split, time batch 1.
+
+`load_for_eval` gives the fine-tuned fp32 model (save_pretrained folder) or,
+with int8, the OpenVINO IR / TorchScript artifact of quantize.py; both are
+called alike, `model(**batch)` returning `.logits` (or `.start_logits` and
+`.end_logits` for QA), so `forward_all` and `latency_ms` take either.
+"""
+
+from __future__ import annotations
+
+import time
+
+import datasets
+import numpy as np
+import torch
+import transformers
+
+from workflow.scripts.common import tasks
+from workflow.scripts.infer.stacks import load_quantized
+from workflow.scripts.train.batching import PAD_KEYS, pad_collate
+
+datasets.disable_progress_bars()
+transformers.utils.logging.disable_progress_bar()
+MODEL_INPUTS = PAD_KEYS
+LATENCY_ROWS = 200  # batch-1 latency: the first rows of the first validation split
+LATENCY_WARMUP = 5
+
+
+def load_for_eval(model_dir: str, task: tasks.Task, int8: bool = False):
+    """The fine-tuned model, or with int8 the artifact of quantize.py (called alike)."""
+    if int8:
+        return load_quantized(model_dir)
+    auto = (transformers.AutoModelForQuestionAnswering if task.is_qa
+            else transformers.AutoModelForSequenceClassification)
+    return auto.from_pretrained(model_dir).eval()
+
+
+def model_inputs(split):
+    """The split reduced to the columns a model takes."""
+    return split.select_columns([k for k in MODEL_INPUTS if k in split.column_names])
+
+
+def batches(split, batch_size: int, pad_id: int):
+    """Length-sorted batches (less padding), with each row's position."""
+    lengths = np.array([len(ids) for ids in split["input_ids"]])
+    order = np.argsort(-lengths, kind="stable")
+    collate = pad_collate(pad_id)
+    inputs = model_inputs(split)
+    for start in range(0, len(order), batch_size):
+        index = order[start:start + batch_size]
+        yield index, collate([inputs[int(i)] for i in index]), lengths[index]
+
+
+@torch.inference_mode()
+def forward_all(model, split, batch_size: int, pad_id: int, autocast) -> tuple[list, float]:
+    """Model outputs per row (in dataset order, unpadded) and the seconds spent."""
+    outputs = [None] * len(split)
+    start = time.perf_counter()
+    for index, batch, lengths in batches(split, batch_size, pad_id):
+        with autocast():
+            out = model(**batch)
+        if hasattr(out, "start_logits"):
+            rows = zip(out.start_logits.float().numpy(), out.end_logits.float().numpy())
+            for i, n, (s, e) in zip(index, lengths, rows):
+                outputs[i] = (s[:n], e[:n])
+        else:
+            for i, logits in zip(index, out.logits.float().numpy()):
+                outputs[i] = logits
+    return outputs, time.perf_counter() - start
+
+
+@torch.inference_mode()
+def latency_ms(model, split, pad_id: int, autocast, rows: int = LATENCY_ROWS) -> dict:
+    """p50 and p99 milliseconds of one sample at batch size 1 (after a warm-up)."""
+    collate = pad_collate(pad_id)
+    inputs = model_inputs(split)
+    samples = [collate([inputs[i]]) for i in range(min(rows, len(split)))]
+    times = []
+    for j, batch in enumerate(samples[:LATENCY_WARMUP] + samples):
+        start = time.perf_counter()
+        with autocast():
+            model(**batch)
+        if j >= LATENCY_WARMUP:
+            times.append(1000.0 * (time.perf_counter() - start))
+    p50, p99 = np.percentile(times, [50, 99])
+    return {"latency_ms_p50": round(float(p50), 3), "latency_ms_p99": round(float(p99), 3)}

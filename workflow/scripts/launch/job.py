@@ -1,0 +1,24 @@
+"""Run one job on every rank and wait: build the command, supervise the
+ranks (bounded exit), and raise the one line that says what went wrong."""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+
+from workflow.scripts.launch import supervise
+from workflow.scripts.launch.command import build, launch_env, ranks_per_node
+
+
+def run(config: dict, info: dict, program: list[str], log_dir=None, quiet: bool = False) -> None:
+    """Start `program` on every rank and wait, with the ranks' exit bounded
+    (supervise.py); raises the one line that says what went wrong."""
+    dist = config["distributed"]
+    world = dist["nodes"] * ranks_per_node(config, info)
+    with tempfile.TemporaryDirectory(prefix="cpuddp-launch-") as workdir:
+        command = build(config, info, program, workdir)
+        if not quiet:
+            print("launch: " + " ".join(command), file=sys.stderr, flush=True)
+        code, stuck = supervise.run(command, launch_env(config, info), log_dir, world,
+                                    dist["exit_grace_seconds"], quiet)
+    supervise.judge(code, stuck, log_dir, world, dist["exit_grace_seconds"])

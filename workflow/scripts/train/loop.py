@@ -1,0 +1,119 @@
+"""The training loop of one rank: steps, progress lines, checkpoints, and
+resuming from the newest valid checkpoint of the same settings."""
+
+from __future__ import annotations
+
+import datetime
+import socket
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from workflow.scripts.common.errors import UserError
+from workflow.scripts.launch.ranks import DistEnv
+from workflow.scripts.train import checkpoint
+from workflow.scripts.train.state import Progress, TrainingState
+
+
+def train_step(t: TrainingState, batch) -> torch.Tensor:
+    with t.autocast():
+        loss = t.ddp_model(**batch).loss
+    t.comm.backward(loss)
+    t.optimizer.step()
+    t.scheduler.step()
+    t.optimizer.zero_grad(set_to_none=True)
+    return loss.detach()
+
+
+def mean_over_ranks(value: torch.Tensor) -> torch.Tensor:
+    value = value.float().clone()
+    dist.all_reduce(value)
+    return value / dist.get_world_size()
+
+
+def check_finite(loss: torch.Tensor, step: int, env: DistEnv) -> None:
+    if not torch.isfinite(loss):
+        raise UserError(
+            f"non-finite loss {loss.item()} at step {step} on rank {env.rank} ({socket.gethostname()}); "
+            "lower train.learning_rate or check the data"
+        )
+
+
+def format_eta(seconds: float) -> str:
+    return str(datetime.timedelta(seconds=int(seconds)))
+
+
+def log_progress(progress: Progress, loss, t: TrainingState, global_batch: int, start: float, log) -> None:
+    rate = (progress.samples - progress.position_at_start) / max(time.perf_counter() - start, 1e-9)
+    eta = (t.total_steps - progress.step) * global_batch / max(rate, 1e-9)
+    log.info(f"step {progress.step}/{t.total_steps} | epoch {progress.epoch + 1} | loss {float(loss):.4f} | "
+             f"{rate:.1f} samples/s | ETA {format_eta(eta)}")
+
+
+def save_checkpoint(t: TrainingState, progress: Progress, cfg: dict, env: DistEnv, root: Path, fp: str,
+                    log) -> None:
+    """All ranks give their RNG state; rank 0 writes the checkpoint."""
+    states = [None] * env.world_size
+    dist.all_gather_object(states, checkpoint.rng_state())
+    if env.is_main:
+        state = {**t.state_dict(), "rng": states}
+        folder = checkpoint.save(root, progress.step, state, {"fingerprint": fp, **progress.state_dict()},
+                                 cfg["train"]["keep_checkpoints"])
+        log.info(f"checkpoint {folder}")
+    dist.barrier()
+
+
+def resume(t: TrainingState, progress: Progress, env: DistEnv, root: Path, fp: str, log) -> None:
+    """Continue from the newest valid checkpoint of the same settings, if any."""
+    found = [checkpoint.newest(root, fp) if env.is_main else None]
+    dist.broadcast_object_list(found)
+    if found[0] is None:
+        return
+    payload = [checkpoint.read(found[0]) if env.is_main else None]
+    dist.broadcast_object_list(payload)  # rank 0's disk decides; no shared filesystem needed
+    state = payload[0]
+    t.load_state_dict(state)
+    checkpoint.set_rng_state(state["rng"][env.rank])
+    progress.load_state_dict(state["meta"])
+    log.info(f"resumed from {found[0]} (step {progress.step})")
+
+
+def run_epochs(t: TrainingState, progress: Progress, cfg: dict, env: DistEnv, ckpt_root: Path, fp: str,
+               log) -> None:
+    """The training loop, from wherever `progress` says it is."""
+    train_cfg = cfg["train"]
+    global_batch = train_cfg["batch_size"] * env.world_size
+    every = train_cfg["checkpoint_every"]
+    progress.position_at_start = progress.samples
+    t.ddp_model.train()
+    start = time.perf_counter()
+    while progress.step < t.total_steps:
+        t.sampler.set_epoch(progress.epoch, start=progress.batch_in_epoch)  # the order is seeded per epoch
+        for index, batch in enumerate(t.loader, start=progress.batch_in_epoch):
+            loss = train_step(t, batch)
+            progress.first_step_at = progress.first_step_at or time.time()
+            progress.step += 1
+            progress.batch_in_epoch = index + 1
+            progress.samples += global_batch
+            if progress.step % train_cfg["log_every"] == 0 or progress.step == t.total_steps:
+                loss = mean_over_ranks(loss)  # every rank sees the same value and stops together
+                check_finite(loss, progress.step, env)
+                progress.losses.append([progress.step, float(loss)])
+                log_progress(progress, loss, t, global_batch, start, log)
+            if progress.step >= t.total_steps:
+                break
+            if every and progress.step % every == 0 and progress.batch_in_epoch < len(t.sampler):
+                save_checkpoint(t, progress, cfg, env, ckpt_root, fp, log)
+        else:
+            progress.epoch, progress.batch_in_epoch = progress.epoch + 1, 0
+            if progress.step < t.total_steps:
+                save_checkpoint(t, progress, cfg, env, ckpt_root, fp, log)
+    progress.seconds = time.perf_counter() - start
+
+
+def final_loss(progress: Progress) -> float:
+    """Mean loss (over ranks) of the last few logging points."""
+    recent = [loss for _, loss in progress.losses[-5:]] or [float("nan")]
+    return sum(recent) / len(recent)

@@ -1,0 +1,131 @@
+"""What one rank trains with, and where its loop is: built once, saved in
+checkpoints through state_dict() and restored with load_state_dict()."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import asdict, dataclass, field
+
+import datasets
+import torch
+from torch.nn.parallel import DistributedDataParallel as DDP
+from transformers import get_linear_schedule_with_warmup
+
+from workflow.scripts.common import intel, tasks
+from workflow.scripts.common.decisions import RunDecisions
+from workflow.scripts.common.errors import UserError
+from workflow.scripts.common.modeling import autocast_for, load_model, load_tokenizer
+from workflow.scripts.launch.ranks import DistEnv
+from workflow.scripts.train.batching import DistributedLengthGroupedSampler, pad_collate
+from workflow.scripts.train.comm import CommTimer
+
+
+@dataclass
+class Progress:
+    """Where the loop is and what it has done, for logs, checkpoints and metrics."""
+    step: int = 0
+    epoch: int = 0
+    batch_in_epoch: int = 0
+    samples: int = 0
+    losses: list = field(default_factory=list)
+    seconds: float = 0.0
+    resumed_from_step: int | None = None
+    position_at_start: int = 0  # samples already trained before this process started
+    first_step_at: float | None = None  # wall clock (epoch seconds) when this process's first step ended
+
+    SAVED = ("step", "epoch", "batch_in_epoch", "samples", "losses")  # what a resumed run continues from
+
+    def state_dict(self) -> dict:
+        return {k: v for k, v in asdict(self).items() if k in self.SAVED}
+
+    def load_state_dict(self, state: dict) -> None:
+        for key in self.SAVED:
+            setattr(self, key, state[key])
+        self.resumed_from_step = self.step
+
+
+@dataclass
+class TrainingState:
+    """Everything one rank trains with."""
+    ddp_model: DDP
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: object
+    loader: torch.utils.data.DataLoader
+    sampler: DistributedLengthGroupedSampler
+    autocast: object
+    comm: CommTimer
+    total_steps: int
+
+    def state_dict(self) -> dict:
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "scheduler": self.scheduler.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+
+
+def make_loader(split, batch_size: int, env: DistEnv, seed: int, pad_id: int):
+    lengths = [len(ids) for ids in split["input_ids"]]
+    if not lengths:
+        raise UserError("the training split is empty; check data.train")
+    sampler = DistributedLengthGroupedSampler(lengths, batch_size, env.rank, env.world_size, seed)
+    loader = torch.utils.data.DataLoader(
+        split.with_format(None), batch_sampler=sampler, collate_fn=pad_collate(pad_id))
+    return loader, sampler
+
+
+def make_optimizer(model, train: dict, total_steps: int, decisions: RunDecisions | None = None):
+    no_decay = ("bias", "LayerNorm.weight", "layer_norm.weight")
+    groups = [
+        {"params": [p for n, p in model.named_parameters() if not n.endswith(no_decay)],
+         "weight_decay": train["weight_decay"]},
+        {"params": [p for n, p in model.named_parameters() if n.endswith(no_decay)],
+         "weight_decay": 0.0},
+    ]
+    # The fused CPU kernel updates all parameters in one pass: measured 4.5x
+    # faster than foreach (about 20% of a MiniLM step on one thread).
+    optimizer = torch.optim.AdamW(groups, lr=train["learning_rate"], fused=True)
+    if decisions and decisions.ipex:  # before the scheduler, which wraps optimizer.step
+        intel.optimize_training(model, optimizer, intel.torch_dtype(decisions.precision))
+    warmup = int(train["warmup_ratio"] * total_steps)
+    return optimizer, get_linear_schedule_with_warmup(optimizer, warmup, total_steps)
+
+
+def fingerprint(cfg: dict, world_size: int) -> str:
+    """Checkpoints resume only a run with the same settings and world size."""
+    text = json.dumps([cfg["model"], cfg["task"], cfg["train"], world_size], sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def total_steps(train: dict, steps_per_epoch: int) -> int:
+    steps = math.ceil(train["epochs"] * steps_per_epoch)
+    return min(steps, train["max_steps"]) if train["max_steps"] else steps
+
+
+def build(cfg: dict, decisions: RunDecisions, data_dir: str, env: DistEnv, log) -> tuple[TrainingState, object]:
+    task = tasks.get_task(cfg["task"])
+    train_cfg = cfg["train"]
+    torch.manual_seed(train_cfg["seed"])  # identical init; DDP broadcasts rank 0's anyway
+    tokenizer = load_tokenizer(cfg["model"], cfg["trust_remote_code"])
+    model = load_model(cfg["model"], task, cfg["trust_remote_code"], tokenizer)
+    torch.manual_seed(train_cfg["seed"] + env.rank)  # different dropout per rank
+    split = datasets.load_from_disk(data_dir)["train"]
+    loader, sampler = make_loader(split, train_cfg["batch_size"], env, train_cfg["seed"], tokenizer.pad_token_id)
+    steps = total_steps(train_cfg, len(sampler))
+    optimizer, scheduler = make_optimizer(model, train_cfg, steps, decisions)
+    if decisions.ipex:
+        log.info(f"IPEX optimized the model for training ({decisions.precision}): "
+                 f"{intel.ipex_modules(model)} modules replaced")
+    comm = CommTimer()
+    ddp_model = DDP(model, gradient_as_bucket_view=True)
+    ddp_model.register_comm_hook(comm, CommTimer.hook)
+    log.info(f"{len(split)} training features, {len(sampler)} steps per epoch, {steps} steps, "
+             f"global batch {train_cfg['batch_size']} x {env.world_size}")
+    state = TrainingState(ddp_model, model, optimizer, scheduler, loader, sampler,
+                          autocast_for(decisions.precision), comm, steps)
+    return state, tokenizer
