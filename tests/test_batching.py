@@ -120,3 +120,42 @@ def test_resume_starts_mid_epoch_on_the_same_order():
         assert len(sampler) == len(full[rank])  # steps per epoch are unchanged
         sampler.set_epoch(4)
         assert list(sampler) == epoch(LENGTHS, 8, 2, epoch_no=4)[rank]
+
+
+def updates_of(lengths, global_batch, world, accumulation, epoch_no=0, **kwargs):
+    """The samples of each update (over every rank and micro-step) for one split."""
+    batch = global_batch // (world * accumulation)
+    per_rank = []
+    for rank in range(world):
+        sampler = Sampler(lengths, batch, rank, world, accumulation=accumulation, **kwargs)
+        sampler.set_epoch(epoch_no)
+        per_rank.append(list(sampler))
+    steps = len(per_rank[0]) // accumulation
+    assert all(len(batches) == steps * accumulation for batches in per_rank)
+    return [sorted(i for batches in per_rank for b in batches[k * accumulation:(k + 1) * accumulation] for i in b)
+            for k in range(steps)]
+
+
+@pytest.mark.parametrize("group_by_length", [True, False])
+@pytest.mark.parametrize("epoch_no", [0, 3])
+def test_global_batches_do_not_depend_on_the_split(group_by_length, epoch_no):
+    """Which samples update k trains on depends on the global batch only,
+    not on ranks x accumulation (so a run can go on with fewer ranks)."""
+    splits = [(1, 1), (1, 4), (2, 2), (4, 1), (2, 4), (8, 1)]
+    reference = updates_of(LENGTHS, 32, *splits[0], epoch_no, group_by_length=group_by_length)
+    assert len(reference) == -(-len(LENGTHS) // 32)
+    for world, accumulation in splits[1:]:
+        assert updates_of(LENGTHS, 32, world, accumulation, epoch_no, group_by_length=group_by_length) == reference
+    assert updates_of(LENGTHS, 32, 2, 2, epoch_no + 1, group_by_length=group_by_length) != reference
+
+
+def test_accumulation_keeps_micro_steps_length_grouped_and_resumable():
+    sampler = Sampler(LENGTHS, 8, 0, 2, accumulation=3)
+    assert len(sampler) == -(-len(LENGTHS) // 48)  # updates per epoch
+    sampler.set_epoch(2)
+    full = list(sampler)
+    assert len(full) == 3 * len(sampler) and all(len(b) == 8 for b in full)
+    sampler.set_epoch(2, start=5)  # resume at update 5: micro-batch 15 on
+    assert list(sampler) == full[15:]
+    spread = np.mean([np.ptp(LENGTHS[b]) for b in full])
+    assert spread < 0.1 * np.ptp(LENGTHS)

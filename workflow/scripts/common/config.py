@@ -26,6 +26,7 @@ SWEEP_SECTIONS = {
     "threads_per_process": "distributed",
     "backend": "distributed",
     "precision": "train",
+    "gradient_accumulation_steps": "train",
 }
 
 
@@ -158,7 +159,7 @@ def runs(config: dict) -> dict[str, dict]:
 
 def _short(key: str) -> str:
     return {"nodes": "n", "processes_per_node": "ppn", "threads_per_process": "t",
-            "backend": "", "precision": ""}[key]
+            "backend": "", "precision": "", "gradient_accumulation_steps": "acc"}[key]
 
 
 def check_hostfile(config: dict, base: Path = Path(".")) -> None:

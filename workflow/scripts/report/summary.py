@@ -29,6 +29,8 @@ def run_entry(name: str, run_dir: Path) -> dict:
         "mpi": f"{env['mpi']['flavour']} {env['mpi']['version']}",
         "precision": train["precision"],
         "epochs": train["epochs"],
+        "gradient_accumulation_steps": train.get("gradient_accumulation_steps", 1),
+        "global_batch": train.get("global_batch"),
         "steps": train["steps"],
         "train_seconds": train["train_seconds"],
         "train_samples_per_second": train["train_samples_per_second"],

@@ -4,6 +4,11 @@ Padding to the longest sequence of each batch wastes little when a batch
 holds sequences of similar length. Grouping is done per global batch (all
 ranks' micro-batches together), so ranks finish their steps at about the
 same time and the all-reduce does not wait on a straggler with long inputs.
+
+The global batches (which samples update k trains on) depend only on the
+data, the seed, the epoch and the global batch size, never on how it is
+split into ranks x accumulation steps: a run can continue on fewer ranks
+with more accumulation and train on exactly the same updates.
 """
 
 from __future__ import annotations
@@ -17,52 +22,72 @@ PAD_KEYS = ("input_ids", "attention_mask", "token_type_ids")
 
 
 class DistributedLengthGroupedSampler(torch.utils.data.Sampler):
-    """Yields this rank's micro-batches (lists of indices) for one epoch.
+    """Yields this rank's micro-batches (lists of indices) for one epoch,
+    `accumulation` of them per update.
 
     Each epoch: a seeded permutation, cut into mega-batches of
     `group` global batches, each sorted by length (randomly scaled by up to
     +-`jitter`, so batch composition changes between epochs) and cut into
-    global batches, whose order is shuffled again. The last global batch is filled
-    by wrapping around, as DistributedSampler pads, so all ranks take the
-    same number of steps.
+    global batches of batch_size x world_size x accumulation, whose order is
+    shuffled again. The last global batch is filled by wrapping around, as
+    DistributedSampler pads, so all ranks take the same number of steps.
+    A global batch is cut into world_size x accumulation micro-batches of
+    adjacent (similar) lengths; micro-step m of rank r takes slice
+    m x world_size + r, so the ranks of one micro-step get similar lengths.
     """
 
-    def __init__(self, lengths, batch_size: int, rank: int, world_size: int,
-                 seed: int = 0, group: int = 50, group_by_length: bool = True, jitter: float = 0.1):
+    def __init__(self, lengths, batch_size: int, rank: int, world_size: int, seed: int = 0, group: int = 50,
+                 group_by_length: bool = True, jitter: float = 0.1, accumulation: int = 1):
         self.lengths = np.asarray(lengths)
         self.batch_size, self.rank, self.world_size = batch_size, rank, world_size
+        self.accumulation = accumulation
         self.seed, self.group, self.group_by_length, self.jitter = seed, group, group_by_length, jitter
         self.epoch, self.start = 0, 0
 
+    @property
+    def global_size(self) -> int:
+        return self.batch_size * self.world_size * self.accumulation
+
     def set_epoch(self, epoch: int, start: int = 0) -> None:
-        """Epoch `epoch`'s order, from its batch `start` on (a resumed run
+        """Epoch `epoch`'s order, from its update `start` on (a resumed run
         skips the batches it already trained without collating them)."""
         self.epoch, self.start = epoch, start
 
     def __len__(self) -> int:
-        return math.ceil(len(self.lengths) / (self.batch_size * self.world_size))
+        """Updates per epoch."""
+        return math.ceil(len(self.lengths) / self.global_size)
 
     def global_batches(self) -> list[np.ndarray]:
         rng = np.random.default_rng([self.seed, self.epoch])
         order = rng.permutation(len(self.lengths))
-        global_size = self.batch_size * self.world_size
-        padded = len(self) * global_size
+        padded = len(self) * self.global_size
         order = np.resize(order, padded)  # wrap around, as often as needed
         if self.group_by_length:
-            mega = global_size * self.group
+            mega = self.global_size * self.group
             chunks = [order[i:i + mega] for i in range(0, len(order), mega)]
             # Lengths jittered by +-jitter: batches still hold similar lengths,
             # but not the same neighbours every epoch (a fixed sort cost up to
             # 3.5 points of dev accuracy on MRPC-shaped data, see README).
             keys = self.lengths * rng.uniform(1 - self.jitter, 1 + self.jitter, size=len(self.lengths))
             order = np.concatenate([c[np.argsort(-keys[c], kind="stable")] for c in chunks])
-        batches = [order[i:i + global_size] for i in range(0, padded, global_size)]
+        batches = [order[i:i + self.global_size] for i in range(0, padded, self.global_size)]
         return [batches[i] for i in rng.permutation(len(batches))]
 
     def __iter__(self):
         for batch in self.global_batches()[self.start:]:
-            start = self.rank * self.batch_size
-            yield batch[start:start + self.batch_size].tolist()
+            for micro in range(self.accumulation):
+                start = (micro * self.world_size + self.rank) * self.batch_size
+                yield batch[start:start + self.batch_size].tolist()
+
+
+def updates(micro_batches, accumulation: int):
+    """Group an iterator of micro-batches into lists of `accumulation`."""
+    group = []
+    for batch in micro_batches:
+        group.append(batch)
+        if len(group) == accumulation:
+            yield group
+            group = []
 
 
 def pad_collate(pad_token_id: int):

@@ -3,6 +3,7 @@ resuming from the newest valid checkpoint of the same settings."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import socket
 import time
@@ -14,17 +15,26 @@ import torch.distributed as dist
 from workflow.scripts.common.errors import UserError
 from workflow.scripts.launch.ranks import DistEnv
 from workflow.scripts.train import checkpoint
+from workflow.scripts.train.batching import updates
 from workflow.scripts.train.state import Progress, TrainingState
 
 
-def train_step(t: TrainingState, batch) -> torch.Tensor:
-    with t.autocast():
-        loss = t.ddp_model(**batch).loss
-    t.comm.backward(loss)
+def train_step(t: TrainingState, micro_batches: list) -> torch.Tensor:
+    """One update from `accumulation` micro-batches: the gradients of every
+    micro-batch but the last stay local (no_sync), and each loss is divided
+    by their count, so the update equals that of one batch holding them all
+    (the micro-batches are of equal size)."""
+    total = torch.zeros(())
+    for i, batch in enumerate(micro_batches):
+        last = i == len(micro_batches) - 1
+        with contextlib.nullcontext() if last else t.ddp_model.no_sync(), t.autocast():
+            loss = t.ddp_model(**batch).loss / len(micro_batches)
+        t.comm.backward(loss)
+        total += loss.detach().float()
     t.optimizer.step()
     t.scheduler.step()
     t.optimizer.zero_grad(set_to_none=True)
-    return loss.detach()
+    return total
 
 
 def mean_over_ranks(value: torch.Tensor) -> torch.Tensor:
@@ -84,15 +94,16 @@ def run_epochs(t: TrainingState, progress: Progress, cfg: dict, env: DistEnv, ck
                log) -> None:
     """The training loop, from wherever `progress` says it is."""
     train_cfg = cfg["train"]
-    global_batch = train_cfg["batch_size"] * env.world_size
+    global_batch = t.sampler.global_size
     every = train_cfg["checkpoint_every"]
     progress.position_at_start = progress.samples
     t.ddp_model.train()
     start = time.perf_counter()
     while progress.step < t.total_steps:
         t.sampler.set_epoch(progress.epoch, start=progress.batch_in_epoch)  # the order is seeded per epoch
-        for index, batch in enumerate(t.loader, start=progress.batch_in_epoch):
-            loss = train_step(t, batch)
+        micro_batches = updates(t.loader, t.sampler.accumulation)
+        for index, batches in enumerate(micro_batches, start=progress.batch_in_epoch):
+            loss = train_step(t, batches)
             progress.first_step_at = progress.first_step_at or time.time()
             progress.step += 1
             progress.batch_in_epoch = index + 1

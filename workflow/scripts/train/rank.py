@@ -54,6 +54,7 @@ def rank_record(env: DistEnv, model, threads: int, comm: CommTimer) -> dict:
         "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "allreduce_wait_share": comm.wait_share(),
+        **comm.counts(),
         "weights_sha256": weights_digest(model),
     }
 
@@ -74,6 +75,11 @@ def metrics_record(cfg: dict, decisions: RunDecisions, env: DistEnv, progress: P
         "ipex": decisions.ipex,
         "threads_per_process": decisions.threads_per_process,
         "epochs": cfg["train"]["epochs"],
+        "batch_size_per_rank": cfg["train"]["batch_size"],
+        "gradient_accumulation_steps": t.sampler.accumulation,
+        "global_batch": t.sampler.global_size,
+        "bucket_cap_mb": cfg["distributed"]["bucket_cap_mb"],
+        "gradient_compression": t.comm.compression,
         "steps": progress.step,
         "steps_per_epoch": len(t.sampler),
         "train_samples": progress.samples,
@@ -95,7 +101,7 @@ def train_and_save(cfg: dict, decisions: RunDecisions, data_dir: str, out_dir: P
     """Build, train and save; everything that holds the process group is a
     local here, released when this returns (before the group is left)."""
     t, tokenizer = build(cfg, decisions, data_dir, env, log)
-    ckpt_root, fp = out_dir / "checkpoints", fingerprint(cfg, env.world_size)
+    ckpt_root, fp = out_dir / "checkpoints", fingerprint(cfg, t.sampler.global_size)
     progress = Progress()
     loop.resume(t, progress, env, ckpt_root, fp, log)
     loop.run_epochs(t, progress, cfg, env, ckpt_root, fp, log)

@@ -69,11 +69,12 @@ class TrainingState:
         self.scheduler.load_state_dict(state["scheduler"])
 
 
-def make_loader(split, batch_size: int, env: DistEnv, seed: int, pad_id: int):
+def make_loader(split, train: dict, env: DistEnv, pad_id: int):
     lengths = [len(ids) for ids in split["input_ids"]]
     if not lengths:
         raise UserError("the training split is empty; check data.train")
-    sampler = DistributedLengthGroupedSampler(lengths, batch_size, env.rank, env.world_size, seed)
+    sampler = DistributedLengthGroupedSampler(lengths, train["batch_size"], env.rank, env.world_size, train["seed"],
+                                              accumulation=train["gradient_accumulation_steps"])
     loader = torch.utils.data.DataLoader(
         split.with_format(None), batch_sampler=sampler, collate_fn=pad_collate(pad_id))
     return loader, sampler
@@ -96,9 +97,12 @@ def make_optimizer(model, train: dict, total_steps: int, decisions: RunDecisions
     return optimizer, get_linear_schedule_with_warmup(optimizer, warmup, total_steps)
 
 
-def fingerprint(cfg: dict, world_size: int) -> str:
-    """Checkpoints resume only a run with the same settings and world size."""
-    text = json.dumps([cfg["model"], cfg["task"], cfg["train"], world_size], sort_keys=True)
+def fingerprint(cfg: dict, global_batch: int) -> str:
+    """Checkpoints resume only a run with the same settings and global batch:
+    the split into ranks x accumulation may change (the updates do not)."""
+    split = ("batch_size", "gradient_accumulation_steps")
+    train = {k: v for k, v in cfg["train"].items() if k not in split}
+    text = json.dumps([cfg["model"], cfg["task"], train, global_batch], sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -115,17 +119,19 @@ def build(cfg: dict, decisions: RunDecisions, data_dir: str, env: DistEnv, log) 
     model = load_model(cfg["model"], task, cfg["trust_remote_code"], tokenizer)
     torch.manual_seed(train_cfg["seed"] + env.rank)  # different dropout per rank
     split = datasets.load_from_disk(data_dir)["train"]
-    loader, sampler = make_loader(split, train_cfg["batch_size"], env, train_cfg["seed"], tokenizer.pad_token_id)
+    loader, sampler = make_loader(split, train_cfg, env, tokenizer.pad_token_id)
     steps = total_steps(train_cfg, len(sampler))
     optimizer, scheduler = make_optimizer(model, train_cfg, steps, decisions)
     if decisions.ipex:
         log.info(f"IPEX optimized the model for training ({decisions.precision}): "
                  f"{intel.ipex_modules(model)} modules replaced")
-    comm = CommTimer()
-    ddp_model = DDP(model, gradient_as_bucket_view=True)
+    dist_cfg = cfg["distributed"]
+    comm = CommTimer(dist_cfg["gradient_compression"])
+    ddp_model = DDP(model, gradient_as_bucket_view=True, bucket_cap_mb=dist_cfg["bucket_cap_mb"])
     ddp_model.register_comm_hook(comm, CommTimer.hook)
     log.info(f"{len(split)} training features, {len(sampler)} steps per epoch, {steps} steps, "
-             f"global batch {train_cfg['batch_size']} x {env.world_size}")
+             f"global batch {sampler.global_size} = {train_cfg['batch_size']} per rank x {env.world_size} ranks "
+             f"x {sampler.accumulation} accumulation")
     state = TrainingState(ddp_model, model, optimizer, scheduler, loader, sampler,
                           autocast_for(decisions.precision), comm, steps)
     return state, tokenizer
