@@ -18,10 +18,12 @@ from test_workflow import tiny_experiment
 RUN = Path("results/tiny/default")
 
 
-def long_experiment(work: Path, model: Path) -> Path:
-    """About 200 steps of the tiny model, a checkpoint every 20."""
+def long_experiment(work: Path, model: Path, retries: int = 0, **dist) -> Path:
+    """About 200 steps of the tiny model, a checkpoint every 20; `retries`:
+    how often the workflow retries the training by itself."""
     configfile = tiny_experiment(work, model, epochs=10, checkpoint_every=20)
     config = yaml.safe_load(configfile.read_text())
+    config["distributed"].update(retries=retries, **dist)
     from workflow.scripts.data import demo
 
     demo.write_mrpc_demo(work / "mrpc", n_train=320, n_dev=40, seed=1)

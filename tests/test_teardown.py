@@ -210,9 +210,10 @@ def test_two_rank_trainings_always_end(backend, tokenized, tmp_path, monkeypatch
                    str(info), "--data", str(data_dir), "--out", str(work), "--log-dir", str(work / "logs")]
         started = time.monotonic()
         command = launch.build(config, described, program, tmp_path)
-        code, stuck = supervise.run(command, launch.launch_env(config, described), work / "logs", 2,
-                                    config["distributed"]["exit_grace_seconds"], quiet=True)
+        outcome = supervise.run(command, launch.launch_env(config, described), work / "logs", 2,
+                                config["distributed"]["exit_grace_seconds"], quiet=True)
         seconds.append(time.monotonic() - started)
+        code, stuck = outcome.code, outcome.stuck
         assert (code, stuck) == (0, []), f"run {attempt + 1}: exit code {code}, stopped ranks {stuck}"
         assert [logs.read_status(work / "logs", r)["status"] for r in (0, 1)] == ["ok", "ok"]
         assert json.loads((work / "train_metrics.json").read_text())["steps"] == 6

@@ -14,6 +14,10 @@ rule train_ddp:
         "logs/train_ddp/{experiment}/{run}.log",
     benchmark:
         "benchmarks/train_ddp/{experiment}/{run}.tsv"
+    # A failed try is retried by the workflow itself; it resumes from the
+    # newest whole checkpoint (and, with distributed.min_nodes, may go on
+    # without a node that is gone). tries.json keeps every try.
+    retries: CONFIG["distributed"]["retries"]
     conda:
         "../../envs/cpuddp.yaml"
     # The ranks take the nodes' cores; one MPI job at a time on them (the
@@ -29,9 +33,10 @@ rule train_ddp:
     params:
         rank_logs="logs/train_ddp/{experiment}/{run}",
         run_dir=lambda wc, output: os.path.dirname(output.metrics),
+        attempt=lambda wc, attempt: attempt,
     shell:
         "python -m workflow.scripts.launch --config {input.cfg} --environment {input.env}"
-        " --log-dir {params.rank_logs} --"
+        " --log-dir {params.rank_logs} --try {params.attempt} --tries {params.run_dir}/tries.json --"
         " python -m workflow.scripts.train.rank --config {input.cfg} --environment {input.env}"
         " --data {input.data} --out {params.run_dir} --log-dir {params.rank_logs} 2>&1 | tee {log}"
 

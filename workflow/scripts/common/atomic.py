@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -9,11 +10,33 @@ import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
+from workflow.scripts.common.errors import UserError
+
+
+@contextmanager
+def space_for(path, needed_bytes: int | None = None):
+    """A full disk while writing `path` ends in one line naming the path and
+    the space (the atomic writers have left the previous version in place)."""
+    try:
+        yield
+    except OSError as err:
+        if err.errno != errno.ENOSPC:
+            raise
+        free = shutil.disk_usage(Path(path).parent if Path(path).parent.exists() else ".").free
+        need = f"it needs about {needed_bytes / 1e6:.1f} MB, " if needed_bytes else ""
+        raise UserError(f"no space left on the device writing {path}: {need}{free / 1e6:.1f} MB are free; "
+                        "free some space and rerun (what was written before is untouched)") from None
+
 
 def write_json(path, data) -> None:
     """Write JSON to a temporary file beside `path`, then rename over it."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    with space_for(path):
+        _write_json(path, data)
+
+
+def _write_json(path: Path, data) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w") as handle:
@@ -45,7 +68,8 @@ def atomic_dir(path):
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"))
     try:
-        yield tmp
+        with space_for(path):
+            yield tmp
         if path.exists():
             shutil.rmtree(path)
         os.replace(tmp, path)

@@ -19,9 +19,10 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from workflow.scripts.common.atomic import read_json, write_json
+from workflow.scripts.common.errors import Preempted
 
 STACK_SIGNAL = signal.SIGUSR1
-FINAL = ("ok", "error")  # a rank with one of these has exited
+FINAL = ("ok", "error", "preempted")  # a rank with one of these has exited
 
 
 def log_path(log_dir, rank: int) -> Path:
@@ -80,12 +81,15 @@ class RankStatus:
 
 @contextmanager
 def exit_status(log_dir, rank: int):
-    """rank<N>.exit through the rank's life: running, trained, then ok or
-    error; a killed rank stays `running`."""
+    """rank<N>.exit through the rank's life: running, trained, then ok,
+    error or preempted; a killed rank stays `running`."""
     status = RankStatus(log_dir, rank)
     status.write("running")
     try:
         yield status
+    except Preempted as err:
+        status.write("preempted", error=str(err))
+        raise
     except BaseException as err:
         status.write("error", error=f"{type(err).__name__}: {err}".splitlines()[0])
         raise

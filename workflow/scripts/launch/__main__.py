@@ -1,8 +1,11 @@
 """Launch a step on every rank and wait for it (the training rule's launcher).
 
-    python -m workflow.scripts.launch --config C --environment E --log-dir D -- PROGRAM...
+    python -m workflow.scripts.launch --config C --environment E --log-dir D \
+        [--try N --tries tries.json] -- PROGRAM...
 
-The ranks' exit is bounded and judged by supervise.py.
+The ranks' exit is bounded and judged (supervise.py, verdict.py). On a
+retry (N > 1) the nodes that answer are chosen first (hosts.py), and each
+try is recorded for summary.json (tries.py).
 """
 
 from __future__ import annotations
@@ -11,22 +14,28 @@ import argparse
 import json
 from pathlib import Path
 
-from workflow.scripts.common.errors import run_cli
-from workflow.scripts.launch.job import run
+from workflow.scripts.common import step
+from workflow.scripts.launch import hosts, job, tries
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--config", required=True, help="run configuration JSON")
+    parser = step.parser(__doc__)
     parser.add_argument("--environment", required=True, help="environment.json of the run")
     parser.add_argument("--log-dir", help="where the ranks write rank<N>.log / rank<N>.exit")
+    parser.add_argument("--try", dest="attempt", type=int, default=1, help="which try of the job this is")
+    parser.add_argument("--tries", help="JSON list of the tries, appended to")
     parser.add_argument("program", nargs=argparse.REMAINDER, help="-- command for every rank")
     args = parser.parse_args(argv)
     program = args.program[1:] if args.program[:1] == ["--"] else args.program
-    config = json.loads(Path(args.config).read_text())
-    info = json.loads(Path(args.environment).read_text())
-    run(config, info, program, args.log_dir)
+    config, info = step.read_config(args), json.loads(Path(args.environment).read_text())
+    if not args.tries:
+        job.run(config, info, program, args.log_dir)
+        return
+    with tries.recorded(args.tries, args.attempt, args.log_dir, {}) as entry:
+        chosen, dropped = hosts.for_retry(config) if args.attempt > 1 else (None, [])
+        entry.update(hosts=chosen, dropped=dropped)
+        job.run(config, info, program, args.log_dir, hosts=chosen)
 
 
 if __name__ == "__main__":
-    run_cli(main)
+    step.entry(main)

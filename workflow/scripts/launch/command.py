@@ -148,14 +148,15 @@ def run_hosts(dist: dict) -> list[str] | None:
     return check_nodes(dist["hostfile"], dist["nodes"])
 
 
-def build(config: dict, info: dict, program: list[str], workdir=None) -> list[str]:
+def build(config: dict, info: dict, program: list[str], workdir=None, hosts: list[str] | None = None) -> list[str]:
     """The whole launch command of a training run, every rank pinned to its
-    cores (workdir receives the launcher's hostfile)."""
+    cores (workdir receives the launcher's hostfile; `hosts` replaces the
+    run's own, e.g. without a node that was lost)."""
     dist = config["distributed"]
     threads, ppn = int(info["threads_per_process"]), ranks_per_node(config, info)
     if dist.get("launcher") == "srun" and dist["nodes"] * ppn == 1 and "SLURM_STEP_ID" in os.environ:
         return program  # Snakemake's job step is already the one rank
-    hosts = run_hosts(dist)
+    hosts = hosts or run_hosts(dist)
     env = {}
     if dist.get("launcher") != "srun":  # srun ranks get theirs from launch_env
         addr = master_addr(hosts)

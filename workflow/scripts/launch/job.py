@@ -6,19 +6,21 @@ from __future__ import annotations
 import sys
 import tempfile
 
-from workflow.scripts.launch import supervise
-from workflow.scripts.launch.command import build, launch_env, ranks_per_node
+from workflow.scripts.launch import command, supervise, verdict
 
 
-def run(config: dict, info: dict, program: list[str], log_dir=None, quiet: bool = False) -> None:
-    """Start `program` on every rank and wait, with the ranks' exit bounded
-    (supervise.py); raises the one line that says what went wrong."""
+def run(config: dict, info: dict, program: list[str], log_dir=None, quiet: bool = False,
+        hosts: list[str] | None = None) -> None:
+    """Start `program` on every rank (on `hosts`, default: the run's) and
+    wait, with the ranks' exit bounded; raises the one line that says what
+    went wrong (errors.Preempted when the ranks checkpointed on request)."""
     dist = config["distributed"]
-    world = dist["nodes"] * ranks_per_node(config, info)
+    hosts = hosts or command.run_hosts(dist)
+    world = (len(hosts) if hosts else dist["nodes"]) * command.ranks_per_node(config, info)
     with tempfile.TemporaryDirectory(prefix="cpuddp-launch-") as workdir:
-        command = build(config, info, program, workdir)
+        argv = command.build(config, info, program, workdir, hosts)
         if not quiet:
-            print("launch: " + " ".join(command), file=sys.stderr, flush=True)
-        code, stuck = supervise.run(command, launch_env(config, info), log_dir, world,
-                                    dist["exit_grace_seconds"], quiet)
-    supervise.judge(code, stuck, log_dir, world, dist["exit_grace_seconds"])
+            print("launch: " + " ".join(argv), file=sys.stderr, flush=True)
+        outcome = supervise.run(argv, command.launch_env(config, info), log_dir, world,
+                                dist["exit_grace_seconds"], quiet)
+    verdict.judge(outcome, log_dir, world, dist["exit_grace_seconds"], dist["timeout_minutes"])

@@ -11,17 +11,15 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import signal
 import socket
 import subprocess
-import sys
 import time
+from dataclasses import dataclass, field
 
 import psutil
 
 from workflow.scripts.common import logs
-from workflow.scripts.common.errors import UserError
 
 POLL_SECONDS = 0.5
 DUMP_WAIT_SECONDS = 2.0
@@ -29,32 +27,57 @@ STOP_WAIT_SECONDS = 10.0
 DONE = ("trained", "ok")  # results complete
 
 
-def run(command: list[str], env: dict, log_dir, world: int, grace: float,
-        quiet: bool = False) -> tuple[int, list[int]]:
-    """Run the launcher; returns its exit code and the ranks it had to stop.
+@dataclass
+class Outcome:
+    code: int
+    stuck: list = field(default_factory=list)
+    """Ranks the launcher had to stop after the grace period."""
+    frozen: list = field(default_factory=list)
+    """Of those, the ones whose process was stopped (SIGSTOP, a debugger)."""
+
+
+def run(command: list[str], env: dict, log_dir, world: int, grace: float, quiet: bool = False) -> Outcome:
+    """Run the launcher and watch its ranks. A SIGTERM to this process goes
+    on to the launcher and the ranks here, which checkpoint and stop.
     `quiet` keeps the ranks' output off the console (their logs have it)."""
     for rank in range(world if log_dir else 0):
         logs.status_path(log_dir, rank).unlink(missing_ok=True)  # an earlier try's
     output = subprocess.DEVNULL if quiet else None
     proc = subprocess.Popen(command, env=env, stdout=output, stderr=output)
+    statuses: list[dict] = []
+
+    def forward(signum, frame):
+        proc.send_signal(signum)
+        signal_ranks(statuses, signum)
+
+    previous = signal.signal(signal.SIGTERM, forward)
     try:
-        exited_at = None
-        while proc.poll() is None:
-            time.sleep(POLL_SECONDS)
-            if not log_dir:
-                continue
-            statuses = [logs.read_status(log_dir, rank) for rank in range(world)]
-            if exited_at is None and any(map(has_exited, statuses)):
-                exited_at = time.monotonic()
-            if exited_at is not None and time.monotonic() - exited_at > grace and proc.poll() is None:
-                stuck = [s["rank"] for s in statuses if s and not has_exited(s)]
-                dump_stacks([statuses[rank] for rank in stuck])
-                stop(proc, [statuses[rank] for rank in stuck])
-                return proc.returncode, stuck
-        return proc.returncode, []
+        return watch(proc, log_dir, world, grace, statuses)
     except BaseException:
         stop(proc, [])
         raise
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def watch(proc: subprocess.Popen, log_dir, world: int, grace: float, statuses: list) -> Outcome:
+    """Wait for the launcher; once a rank has exited, stop what is left
+    `grace` seconds later. `statuses` is kept current for the signal handler."""
+    exited_at = None
+    while proc.poll() is None:
+        time.sleep(POLL_SECONDS)
+        if not log_dir:
+            continue
+        statuses[:] = [logs.read_status(log_dir, rank) for rank in range(world)]
+        if exited_at is None and any(map(has_exited, statuses)):
+            exited_at = time.monotonic()
+        if exited_at is not None and time.monotonic() - exited_at > grace and proc.poll() is None:
+            stuck = [s for s in statuses if s and not has_exited(s)]
+            frozen = [s["rank"] for s in stuck if is_frozen(s)]
+            dump_stacks(stuck)
+            stop(proc, stuck)
+            return Outcome(proc.returncode, [s["rank"] for s in stuck], frozen)
+    return Outcome(proc.returncode)
 
 
 def has_exited(status: dict) -> bool:
@@ -76,6 +99,14 @@ def pid_alive(pid: int) -> bool:
         return False
     except psutil.AccessDenied:
         return True
+
+
+def is_frozen(status: dict) -> bool:
+    """A rank of this host whose process is stopped (it cannot even dump its stacks)."""
+    try:
+        return is_here(status) and psutil.Process(status["pid"]).status() == psutil.STATUS_STOPPED
+    except psutil.Error:
+        return False
 
 
 def signal_ranks(statuses: list[dict], signum: int) -> None:
@@ -102,71 +133,3 @@ def stop(proc: subprocess.Popen, ranks: list[dict]) -> None:
             proc.kill()
             proc.wait()
     signal_ranks(ranks, signal.SIGKILL)
-
-
-def stuck_at(log_dir, rank: int) -> str:
-    """The innermost frame of the main thread in the rank's last stack dump."""
-    text = logs.log_path(log_dir, rank).read_text(errors="replace") if log_dir else ""
-    block = text.rsplit("Current thread", 1)
-    frame = re.search(r'File "([^"]+)", line (\d+) in (\S+)', block[1]) if len(block) == 2 else None
-    if not frame:
-        return "no stack dump (the rank is on another host)"
-    path, line, func = frame.groups()
-    return f"stuck in {func} ({os.path.relpath(path)}:{line})"
-
-
-def judge(code: int, stuck: list[int], log_dir, world: int, grace: float) -> None:
-    """Succeed, warn or raise the one line that says what happened."""
-    lines = [f"rank {rank} on {rank_host(log_dir, rank)} did not exit {grace:g} s after another rank had "
-             f"exited, so the launcher stopped it; {stuck_at(log_dir, rank)}; "
-             f"stack in {logs.log_path(log_dir, rank)}" for rank in stuck]
-    if code == 0 and not stuck:
-        return
-    if log_dir and all(logs.read_status(log_dir, rank).get("status") in DONE for rank in range(world)):
-        for line in lines or [f"the launcher ended with exit code {code} after every rank had finished"]:
-            print(f"warning: {line}; every rank had written its results, so the run counts", file=sys.stderr)
-        return
-    others = [f for f in (rank_failures(log_dir, world) if log_dir else []) if f[0] not in stuck]
-    if lines and not others:
-        raise UserError(lines[0])
-    raise report_failure(code, log_dir, others)
-
-
-def rank_host(log_dir, rank: int) -> str:
-    """The host a rank ran on, from its status file or its log's line prefix."""
-    host = logs.read_status(log_dir, rank).get("host")
-    path = logs.log_path(log_dir, rank)
-    match = re.search(r"\[rank \d+ (\S+)\]", path.read_text()) if not host and path.is_file() else None
-    return host or (match.group(1) if match else "unknown host")
-
-
-def rank_failures(log_dir, world: int) -> list[tuple[int, str]]:
-    """(rank, what happened) for failed ranks, root causes first: a rank that
-    died leaves no exit status, and its peers then fail on the broken link."""
-    died, failed = [], []
-    for rank in range(world):
-        status = logs.read_status(log_dir, rank)
-        if status.get("status") in (None, "running"):
-            died.append((rank, f"rank {rank} on {rank_host(log_dir, rank)} died without an exit status "
-                               "(killed, out of memory or node lost)"))
-        elif status["status"] == "error":
-            failed.append((rank, f"rank {rank} on {status['host']} failed: {status['error']}"))
-    return died + failed
-
-
-def log_tail(log_dir, rank: int, lines: int = 20) -> str:
-    path = logs.log_path(log_dir, rank)
-    if not path.is_file():
-        return f"(no log {path})"
-    return "\n".join(path.read_text().splitlines()[-lines:])
-
-
-def report_failure(code: int, log_dir, failures: list[tuple[int, str]]) -> UserError:
-    """The root cause in one line, after the tail of that rank's log."""
-    if not failures:
-        return UserError(f"mpirun failed (exit code {code}) before the ranks started; see the lines above")
-    rank, message = failures[0]
-    print(f"--- last lines of {logs.log_path(log_dir, rank)} ---\n{log_tail(log_dir, rank)}", file=sys.stderr)
-    return UserError(f"{message}; log: {logs.log_path(log_dir, rank)}")
-
-

@@ -38,6 +38,7 @@ def run_entry(name: str, run_dir: Path) -> dict:
         "peak_rss_mb_per_rank": [r["peak_rss_mb"] for r in train["ranks"]],
         "allreduce_wait_share": train.get("allreduce_wait_share"),
         "resumed_from_step": train.get("resumed_from_step"),
+        "tries": _optional(run_dir / "tries.json"),
         "eval": {
             "fp32": read_json(run_dir / "eval_fp32.json"),
             "int8": _optional(run_dir / "eval_int8.json"),

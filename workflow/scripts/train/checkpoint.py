@@ -9,6 +9,8 @@ from its temporary name. Loading uses torch.load(weights_only=True).
 
 from __future__ import annotations
 
+import errno
+import hashlib
 import json
 import os
 import shutil
@@ -16,8 +18,11 @@ from pathlib import Path
 
 import torch
 
+from workflow.scripts.common.atomic import space_for
+
 MARKER = "COMPLETE"
 PREFIX = "step-"
+FILES = ("model.pt", "state.pt")
 
 
 def _folder(root: Path, step: int) -> Path:
@@ -36,20 +41,57 @@ def set_rng_state(state: dict) -> None:
 def save(root, step: int, state: dict, meta: dict, keep: int) -> Path:
     """Write checkpoint `step` atomically and keep only the newest `keep`.
     `state`: model, optimizer, scheduler and rng (every rank's) state;
-    `meta`: the loop's position and the settings' fingerprint."""
+    `meta`: the loop's position and the settings' fingerprint. The marker
+    holds each file's sha256, so a damaged file is never trusted."""
     root = Path(root)
     final = _folder(root, step)
     tmp = root / f".{final.name}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    torch.save(state["model"], tmp / "model.pt")
-    torch.save({k: v for k, v in state.items() if k != "model"}, tmp / "state.pt")
-    (tmp / MARKER).write_text(json.dumps({**meta, "step": step}))
-    _fsync_dir(tmp)
+    try:
+        with space_for(final, state_bytes(state)):
+            _write(tmp, state, {**meta, "step": step})
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     shutil.rmtree(final, ignore_errors=True)
     os.replace(tmp, final)
     prune(root, keep)
     return final
+
+
+def _write(tmp: Path, state: dict, meta: dict) -> None:
+    try:
+        torch.save(state["model"], tmp / "model.pt")
+        torch.save({k: v for k, v in state.items() if k != "model"}, tmp / "state.pt")
+    except RuntimeError as err:
+        # torch's writer reports a full disk as a RuntimeError of its stream
+        # ("iostream error", "unexpected pos"): told apart by the space left.
+        if shutil.disk_usage(tmp).free < state_bytes(state):
+            raise OSError(errno.ENOSPC, str(err)) from None
+        raise
+    files = {name: sha256(tmp / name) for name in FILES}
+    (tmp / MARKER).write_text(json.dumps({**meta, "files": files}))
+    _fsync_dir(tmp)
+
+
+def state_bytes(state) -> int:
+    """Roughly what torch.save writes for `state` (its tensors)."""
+    if isinstance(state, torch.Tensor):
+        return state.numel() * state.element_size()
+    if isinstance(state, dict):
+        return sum(state_bytes(v) for v in state.values())
+    if isinstance(state, (list, tuple)):
+        return sum(state_bytes(v) for v in state)
+    return 0
+
+
+def sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def _fsync_dir(path: Path) -> None:
@@ -71,11 +113,37 @@ def prune(root, keep: int) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def newest(root, fingerprint: str) -> Path | None:
-    """The newest valid checkpoint written with the same training settings."""
+def damage(folder: Path, fingerprint: str) -> str | None:
+    """Why a checkpoint must not be used, or None."""
+    try:
+        meta = info(folder)
+    except (OSError, ValueError):
+        return "its marker is unreadable"
+    if meta.get("fingerprint") != fingerprint:
+        return "it was written with other training settings (fingerprint)"
+    for name, digest in meta.get("files", {}).items():
+        if not (folder / name).is_file():
+            return f"{name} is missing"
+        if sha256(folder / name) != digest:
+            return f"{name} is damaged (sha256 differs from the marker's)"
+    return None
+
+
+def newest(root, fingerprint: str, log=None) -> tuple[Path, dict] | None:
+    """The newest checkpoint of the same settings that is whole, and its
+    state; every one passed over is named in the log."""
     for folder in reversed(valid(root)):
-        if info(folder).get("fingerprint") == fingerprint:
-            return folder
+        reason = damage(folder, fingerprint)
+        state = None
+        if reason is None:
+            try:
+                state = read(folder)
+            except Exception as err:  # a file torch cannot read
+                reason = f"it cannot be read ({type(err).__name__}: {str(err).splitlines()[0][:120]})"
+        if state is not None:
+            return folder, state
+        if log:
+            log.warning(f"skipping checkpoint {folder}: {reason}; trying the next older one")
     return None
 
 

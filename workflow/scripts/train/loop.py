@@ -12,10 +12,11 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from workflow.scripts.common.errors import UserError
+from workflow.scripts.common.errors import Preempted, UserError
 from workflow.scripts.launch.ranks import DistEnv
 from workflow.scripts.train import checkpoint
 from workflow.scripts.train.batching import updates
+from workflow.scripts.train.preempt import StopRequests
 from workflow.scripts.train.state import Progress, TrainingState
 
 
@@ -76,23 +77,25 @@ def save_checkpoint(t: TrainingState, progress: Progress, cfg: dict, env: DistEn
 
 
 def resume(t: TrainingState, progress: Progress, env: DistEnv, root: Path, fp: str, log) -> None:
-    """Continue from the newest valid checkpoint of the same settings, if any."""
-    found = [checkpoint.newest(root, fp) if env.is_main else None]
-    dist.broadcast_object_list(found)
-    if found[0] is None:
-        return
-    payload = [checkpoint.read(found[0]) if env.is_main else None]
+    """Continue from the newest whole checkpoint of the same settings, if any."""
+    payload = [checkpoint.newest(root, fp, log) if env.is_main else None]
     dist.broadcast_object_list(payload)  # rank 0's disk decides; no shared filesystem needed
-    state = payload[0]
+    if payload[0] is None:
+        return
+    folder, state = payload[0]
     t.load_state_dict(state)
-    checkpoint.set_rng_state(state["rng"][env.rank])
+    rng = state["rng"]
+    # On fewer ranks than wrote it (a node dropped), each rank takes its own
+    # old rank's state; the data order does not depend on it.
+    checkpoint.set_rng_state(rng[env.rank % len(rng)])
     progress.load_state_dict(state["meta"])
-    log.info(f"resumed from {found[0]} (step {progress.step})")
+    log.info(f"resumed from {folder} (step {progress.step})")
 
 
 def run_epochs(t: TrainingState, progress: Progress, cfg: dict, env: DistEnv, ckpt_root: Path, fp: str,
-               log) -> None:
-    """The training loop, from wherever `progress` says it is."""
+               log, stops: StopRequests | None = None) -> None:
+    """The training loop, from wherever `progress` says it is; on a stop
+    request, a checkpoint at the update boundary, then Preempted."""
     train_cfg = cfg["train"]
     global_batch = t.sampler.global_size
     every = train_cfg["checkpoint_every"]
@@ -115,6 +118,8 @@ def run_epochs(t: TrainingState, progress: Progress, cfg: dict, env: DistEnv, ck
                 log_progress(progress, loss, t, global_batch, start, log)
             if progress.step >= t.total_steps:
                 break
+            if stops and stops.anywhere():
+                stop_here(t, progress, cfg, env, ckpt_root, fp, log)
             if every and progress.step % every == 0 and progress.batch_in_epoch < len(t.sampler):
                 save_checkpoint(t, progress, cfg, env, ckpt_root, fp, log)
         else:
@@ -122,6 +127,14 @@ def run_epochs(t: TrainingState, progress: Progress, cfg: dict, env: DistEnv, ck
             if progress.step < t.total_steps:
                 save_checkpoint(t, progress, cfg, env, ckpt_root, fp, log)
     progress.seconds = time.perf_counter() - start
+
+
+def stop_here(t: TrainingState, progress: Progress, cfg: dict, env: DistEnv, root: Path, fp: str, log) -> None:
+    if progress.batch_in_epoch == len(t.sampler):  # the epoch is over: save where the next one starts
+        progress.epoch, progress.batch_in_epoch = progress.epoch + 1, 0
+    save_checkpoint(t, progress, cfg, env, root, fp, log)
+    raise Preempted(f"stopped at step {progress.step} on request (SIGTERM); checkpoint written, a retry "
+                    "resumes from it")
 
 
 def final_loss(progress: Progress) -> float:

@@ -30,6 +30,7 @@ from workflow.scripts.launch import ranks
 from workflow.scripts.launch.ranks import DistEnv
 from workflow.scripts.train import loop, process_group
 from workflow.scripts.train.comm import CommTimer
+from workflow.scripts.train.preempt import StopRequests
 from workflow.scripts.train.state import Progress, TrainingState, build, fingerprint
 
 datasets.disable_progress_bars()
@@ -97,14 +98,16 @@ def metrics_record(cfg: dict, decisions: RunDecisions, env: DistEnv, progress: P
     }
 
 
-def train_and_save(cfg: dict, decisions: RunDecisions, data_dir: str, out_dir: Path, env: DistEnv, log) -> None:
+def train_and_save(cfg: dict, decisions: RunDecisions, data_dir: str, out_dir: Path, env: DistEnv, log,
+                   status: logs.RankStatus) -> None:
     """Build, train and save; everything that holds the process group is a
     local here, released when this returns (before the group is left)."""
     t, tokenizer = build(cfg, decisions, data_dir, env, log)
     ckpt_root, fp = out_dir / "checkpoints", fingerprint(cfg, t.sampler.global_size)
     progress = Progress()
     loop.resume(t, progress, env, ckpt_root, fp, log)
-    loop.run_epochs(t, progress, cfg, env, ckpt_root, fp, log)
+    status.write("running", resumed_from_step=progress.resumed_from_step)
+    loop.run_epochs(t, progress, cfg, env, ckpt_root, fp, log, StopRequests())
     gathered = [None] * env.world_size
     dist.all_gather_object(gathered, rank_record(env, t.model, decisions.threads_per_process, t.comm))
     if env.is_main:
@@ -130,7 +133,7 @@ def train(cfg: dict, decisions: RunDecisions, data_dir: str, out_dir: Path, log_
     log.info(intel.prepare_rank(decisions.as_dict()))  # every node checks its own versions
     dist_cfg = cfg["distributed"]
     with process_group.joined(decisions.backend, env.rank, env.world_size, dist_cfg["timeout_minutes"]):
-        train_and_save(cfg, decisions, data_dir, out_dir, env, log)
+        train_and_save(cfg, decisions, data_dir, out_dir, env, log, status)
         # A rank's own bound on teardown, a little after the launcher's.
         status.trained(exit_within=dist_cfg["exit_grace_seconds"] + 10)
 

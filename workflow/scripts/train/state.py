@@ -69,12 +69,25 @@ class TrainingState:
         self.scheduler.load_state_dict(state["scheduler"])
 
 
-def make_loader(split, train: dict, env: DistEnv, pad_id: int):
+def accumulation_for(train: dict, planned_world: int, world: int) -> int:
+    """Micro-batches per update that keep the planned global batch on the
+    ranks there are (fewer after a node was dropped)."""
+    global_batch = train["batch_size"] * planned_world * train["gradient_accumulation_steps"]
+    if global_batch % (train["batch_size"] * world):
+        raise UserError(f"global batch {global_batch} = {train['batch_size']} x {planned_world} ranks x "
+                        f"{train['gradient_accumulation_steps']} accumulation cannot be kept on {world} ranks "
+                        f"({train['batch_size']} x {world} does not divide it); raise distributed.min_nodes or "
+                        "choose a batch that every allowed node count divides")
+    return global_batch // (train["batch_size"] * world)
+
+
+def make_loader(split, train: dict, env: DistEnv, pad_id: int, planned_world: int):
     lengths = [len(ids) for ids in split["input_ids"]]
     if not lengths:
         raise UserError("the training split is empty; check data.train")
+    accumulation = accumulation_for(train, planned_world, env.world_size)
     sampler = DistributedLengthGroupedSampler(lengths, train["batch_size"], env.rank, env.world_size, train["seed"],
-                                              accumulation=train["gradient_accumulation_steps"])
+                                              accumulation=accumulation)
     loader = torch.utils.data.DataLoader(
         split.with_format(None), batch_sampler=sampler, collate_fn=pad_collate(pad_id))
     return loader, sampler
@@ -119,7 +132,7 @@ def build(cfg: dict, decisions: RunDecisions, data_dir: str, env: DistEnv, log) 
     model = load_model(cfg["model"], task, cfg["trust_remote_code"], tokenizer)
     torch.manual_seed(train_cfg["seed"] + env.rank)  # different dropout per rank
     split = datasets.load_from_disk(data_dir)["train"]
-    loader, sampler = make_loader(split, train_cfg, env, tokenizer.pad_token_id)
+    loader, sampler = make_loader(split, train_cfg, env, tokenizer.pad_token_id, decisions.world_size)
     steps = total_steps(train_cfg, len(sampler))
     optimizer, scheduler = make_optimizer(model, train_cfg, steps, decisions)
     if decisions.ipex:

@@ -1,0 +1,152 @@
+"""A run that finishes without a person: the workflow retries a failed
+training by itself and resumes from the newest whole checkpoint, SIGTERM
+checkpoints and stops, damaged checkpoints are passed over, a frozen rank
+fails the job in bounded time, and seeded rounds of random faults (the chaos
+test) end with the weights of an uninterrupted run.
+
+CPUDDP_CHAOS_ROUNDS sets the chaos rounds (`make test-chaos`: 8; `make
+test`: 3). Everything here is real: Snakemake, mpirun, ranks, signals, files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import BIN, REPO, snakemake
+from test_fault_tolerance import RUN, digest, long_experiment, rank_pid
+
+CHAOS_ROUNDS = int(os.environ.get("CPUDDP_CHAOS_ROUNDS", "3"))
+TIMEOUT_MINUTES = 0.25  # a frozen rank is given up on after 15 s
+FAULTS = ("kill", "stop", "term-rank", "term-mpirun", "corrupt")
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory, tiny_model_dir) -> str:
+    """The weights digest of the same experiment, uninterrupted."""
+    work = tmp_path_factory.mktemp("reference")
+    snakemake(work, long_experiment(work, tiny_model_dir))
+    return digest(work)
+
+
+def start(work: Path, model: Path, retries: int) -> subprocess.Popen:
+    configfile = long_experiment(work, model, retries=retries, timeout_minutes=TIMEOUT_MINUTES,
+                                 exit_grace_seconds=5)
+    argv = [str(BIN / "snakemake"), "--snakefile", str(REPO / "Snakefile"), "-d", str(work),
+            "--profile", str(REPO / "profiles/local"), "--cores", "2", "--configfile", str(configfile)]
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "HF_HUB_OFFLINE": "1"}
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+
+
+def checkpoint_marker(work: Path, step: int) -> Path:
+    return work / RUN / f"checkpoints/step-{step:08d}/COMPLETE"
+
+
+def wait_for_checkpoint(work: Path, step: int, after: float, job: subprocess.Popen, timeout: float = 300) -> None:
+    """Until checkpoint `step` is written (again) after `after`."""
+    marker, deadline = checkpoint_marker(work, step), time.time() + timeout
+    while not (marker.is_file() and marker.stat().st_mtime >= after):
+        if job.poll() is not None:
+            raise AssertionError(f"the workflow ended before checkpoint {step}:\n{job.stdout.read()[-3000:]}")
+        if time.time() > deadline:
+            raise AssertionError(f"checkpoint {step} never appeared")
+        time.sleep(0.05)
+
+
+def launcher_pid() -> int:
+    """The MPI launcher (Intel MPI's mpiexec.hydra) of the running training."""
+    for proc in Path("/proc").iterdir():
+        try:
+            cmd = (proc / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if cmd.startswith(b"mpiexec.hydra") or b"/mpiexec.hydra\0" in cmd:
+            if b"workflow.scripts.train.rank" in cmd:
+                return int(proc.name)
+    raise AssertionError("no mpiexec.hydra of a training found")
+
+
+def inject(fault: str, work: Path, rng: random.Random) -> None:
+    rank = rng.randrange(2)
+    if fault == "kill":
+        os.kill(rank_pid(rank), signal.SIGKILL)
+    elif fault == "stop":
+        os.kill(rank_pid(rank), signal.SIGSTOP)
+    elif fault == "term-rank":
+        os.kill(rank_pid(rank), signal.SIGTERM)
+    elif fault == "term-mpirun":
+        os.kill(launcher_pid(), signal.SIGTERM)
+    elif fault == "corrupt":  # the newest checkpoint goes bad, then a rank dies: the retry must pass over it
+        newest = sorted((work / RUN / "checkpoints").glob("step-*"))[-1]
+        with open(newest / "model.pt", "r+b") as handle:
+            handle.seek(200)
+            handle.write(b"\xff" * 64)
+        os.kill(rank_pid(rank), signal.SIGKILL)
+
+
+def run_with_faults(work: Path, model: Path, faults: list[str], seed: int) -> tuple[str, list[dict], float]:
+    """One workflow run, started once; a fault after each of a seeded
+    sequence of checkpoints. Returns the weights digest, the tries and the time."""
+    rng = random.Random(seed)
+    steps = sorted(rng.sample(range(20, 181, 20), len(faults)))
+    started = time.time()
+    job = start(work, model, retries=len(faults))
+    after = started
+    for fault, step in zip(faults, steps):
+        wait_for_checkpoint(work, step, after, job)
+        after = time.time()
+        inject(fault, work, rng)
+    out, _ = job.communicate(timeout=900)
+    assert job.returncode == 0, out[-4000:]
+    tries = json.loads((work / RUN / "tries.json").read_text())
+    return digest(work), tries, time.time() - started
+
+
+def test_killed_three_times_the_run_finishes_by_itself_with_the_same_weights(tmp_path, tiny_model_dir, reference):
+    weights, tries, _ = run_with_faults(tmp_path, tiny_model_dir, ["kill"] * 3, seed=1)
+    assert weights == reference
+    assert [t["outcome"] for t in tries] == ["failed"] * 3 + ["ok"]
+    assert all("died without an exit status" in t["error"] for t in tries[:3])
+    resumed = [t["resumed_from_step"] for t in tries]
+    assert resumed[0] is None and all(a < b for a, b in zip(resumed[1:], resumed[2:]))
+    summary = json.loads((tmp_path / "results/tiny/summary.json").read_text())
+    assert summary["runs"][0]["tries"] == tries
+
+
+def test_sigterm_to_mpirun_and_to_one_rank_checkpoints_and_resumes(tmp_path, tiny_model_dir, reference):
+    weights, tries, _ = run_with_faults(tmp_path, tiny_model_dir, ["term-mpirun", "term-rank"], seed=2)
+    assert weights == reference
+    assert [t["outcome"] for t in tries] == ["preempted", "preempted", "ok"]
+    for earlier, later in zip(tries, tries[1:]):
+        step = int(earlier["error"].split("stopped at step ")[1].split()[0])
+        assert later["resumed_from_step"] == step  # resumed exactly where it stopped
+    assert all(t["seconds"] < 120 for t in tries[:2])
+
+
+def test_a_frozen_rank_fails_the_try_in_bounded_time_naming_it(tmp_path, tiny_model_dir, reference):
+    weights, tries, _ = run_with_faults(tmp_path, tiny_model_dir, ["stop"], seed=3)
+    assert weights == reference
+    first = tries[0]
+    assert first["outcome"] == "failed" and "stopped answering" in first["error"]
+    assert "rank " in first["error"] and " on " in first["error"]
+    assert first["seconds"] < 60 * TIMEOUT_MINUTES + 90
+
+
+def test_chaos(tmp_path, tiny_model_dir, reference):
+    rng = random.Random(1234)
+    faults = [rng.choice(FAULTS) for _ in range(CHAOS_ROUNDS)]
+    weights, tries, seconds = run_with_faults(tmp_path, tiny_model_dir, faults, seed=1234)
+    rows = [f"| {i + 1} | {fault} | {t['outcome']} | {t.get('resumed_from_step')} | {t['seconds']} |"
+            for i, (fault, t) in enumerate(zip(faults, tries))]
+    print("\n| round | fault injected | try outcome | resumed from step | seconds |\n|---|---|---|---|---|\n"
+          + "\n".join(rows) + f"\n{len(faults)} faults survived in {seconds:.0f} s; weights equal the clean run: "
+          f"{weights == reference}")
+    assert weights == reference
+    assert len(tries) == len(faults) + 1 and tries[-1]["outcome"] == "ok"

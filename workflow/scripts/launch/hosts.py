@@ -1,0 +1,45 @@
+"""The nodes a retry runs on: those of the hostfile that answer, when some
+are gone for good and at least `distributed.min_nodes` remain. The ranks
+then keep the global batch by raising gradient accumulation."""
+
+from __future__ import annotations
+
+import sys
+
+from workflow.scripts.common.errors import UserError
+from workflow.scripts.common.hostfile import read_hostfile
+from workflow.scripts.launch import mpi
+from workflow.scripts.nodes.reach import reach_each
+
+# Each node answers with its rank (the launcher's own rank variables).
+ANSWER = ("import json; from workflow.scripts.launch import ranks; "
+          "print('CPUDDP-NODE ' + json.dumps({'rank': ranks.read().rank}), flush=True)")
+
+
+def reachable(config: dict, timeout: float) -> tuple[list[str], list[str]]:
+    """(hosts that answer, in hostfile order; what is wrong with the others)."""
+    dist = config["distributed"]
+    hosts = read_hostfile(dist["hostfile"])
+    reports, problems = reach_each(config, mpi.detect_launcher(dist), hosts, [sys.executable, "-c", ANSWER],
+                                   timeout)
+    return [hosts[r["rank"]] for r in reports], problems
+
+
+def for_retry(config: dict) -> tuple[list[str] | None, list[str]]:
+    """(hosts to run on, hosts dropped); (None, []) keeps the run's own."""
+    dist = config["distributed"]
+    min_nodes = dist.get("min_nodes") or dist["nodes"]
+    if dist.get("launcher") == "srun" or not dist.get("hostfile") or min_nodes >= dist["nodes"] \
+            and len(read_hostfile(dist["hostfile"])) <= dist["nodes"]:
+        return None, []
+    alive, problems = reachable(config, dist["check_timeout_seconds"])
+    wanted = read_hostfile(dist["hostfile"])[:dist["nodes"]]
+    if len(alive) < min_nodes:
+        raise UserError(f"only {len(alive)} of the hostfile's nodes answer ({'; '.join(problems)}), fewer than "
+                        f"distributed.min_nodes ({min_nodes}); bring nodes back or lower min_nodes")
+    chosen = alive[:dist["nodes"]]
+    dropped = [h for h in wanted if h not in chosen]
+    if dropped:
+        print(f"warning: continuing on {len(chosen)} nodes without {', '.join(dropped)} "
+              f"({'; '.join(problems)})", file=sys.stderr)
+    return chosen, dropped
