@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from conftest import BIN, REPO, snakemake
-from test_fault_tolerance import RUN, digest, long_experiment, rank_pid
+from test_fault_tolerance import RUN, digest, long_experiment
 
 CHAOS_ROUNDS = int(os.environ.get("CPUDDP_CHAOS_ROUNDS", "3"))
 TIMEOUT_MINUTES = 0.25  # a frozen rank is given up on after 15 s
@@ -60,6 +60,21 @@ def wait_for_checkpoint(work: Path, step: int, after: float, job: subprocess.Pop
         time.sleep(0.05)
 
 
+def rank_pid(work: Path, rank: int, timeout: float = 60) -> int:
+    """The pid of the current try's rank `rank`, from its status file (a
+    search of /proc may find the last try's rank while it is torn down)."""
+    path, deadline = work / "logs/train_ddp/tiny/default" / f"rank{rank}.exit", time.time() + timeout
+    while time.time() < deadline:
+        try:
+            status = json.loads(path.read_text())
+        except (OSError, ValueError):
+            status = {}
+        if status.get("status") == "running" and Path(f"/proc/{status['pid']}").exists():
+            return status["pid"]
+        time.sleep(0.05)
+    raise AssertionError(f"rank {rank} of the current try is not running")
+
+
 def launcher_pid() -> int:
     """The MPI launcher (Intel MPI's mpiexec.hydra) of the running training."""
     for proc in Path("/proc").iterdir():
@@ -76,11 +91,11 @@ def launcher_pid() -> int:
 def inject(fault: str, work: Path, rng: random.Random) -> None:
     rank = rng.randrange(2)
     if fault == "kill":
-        os.kill(rank_pid(rank), signal.SIGKILL)
+        os.kill(rank_pid(work, rank), signal.SIGKILL)
     elif fault == "stop":
-        os.kill(rank_pid(rank), signal.SIGSTOP)
+        os.kill(rank_pid(work, rank), signal.SIGSTOP)
     elif fault == "term-rank":
-        os.kill(rank_pid(rank), signal.SIGTERM)
+        os.kill(rank_pid(work, rank), signal.SIGTERM)
     elif fault == "term-mpirun":
         os.kill(launcher_pid(), signal.SIGTERM)
     elif fault == "corrupt":  # the newest checkpoint goes bad, then a rank dies: the retry must pass over it
@@ -88,7 +103,7 @@ def inject(fault: str, work: Path, rng: random.Random) -> None:
         with open(newest / "model.pt", "r+b") as handle:
             handle.seek(200)
             handle.write(b"\xff" * 64)
-        os.kill(rank_pid(rank), signal.SIGKILL)
+        os.kill(rank_pid(work, rank), signal.SIGKILL)
 
 
 def run_with_faults(work: Path, model: Path, faults: list[str], seed: int) -> tuple[str, list[dict], float]:

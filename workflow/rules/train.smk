@@ -30,13 +30,14 @@ rule train_ddp:
         tasks=lambda wc: resources.slurm_tasks(dist_of(wc))["tasks"],
         tasks_per_node=lambda wc: resources.slurm_tasks(dist_of(wc))["tasks_per_node"],
         cpus_per_task=lambda wc: resources.slurm_cpus(dist_of(wc)),
+        # Which try this is (Snakemake passes it to resource functions only).
+        attempt=lambda wc, attempt: attempt,
     params:
         rank_logs="logs/train_ddp/{experiment}/{run}",
         run_dir=lambda wc, output: os.path.dirname(output.metrics),
-        attempt=lambda wc, attempt: attempt,
     shell:
         "python -m workflow.scripts.launch --config {input.cfg} --environment {input.env}"
-        " --log-dir {params.rank_logs} --try {params.attempt} --tries {params.run_dir}/tries.json --"
+        " --log-dir {params.rank_logs} --try {resources.attempt} --tries {params.run_dir}/tries.json --"
         " python -m workflow.scripts.train.rank --config {input.cfg} --environment {input.env}"
         " --data {input.data} --out {params.run_dir} --log-dir {params.rank_logs} 2>&1 | tee {log}"
 

@@ -88,8 +88,12 @@ def make_loader(split, train: dict, env: DistEnv, pad_id: int, planned_world: in
     accumulation = accumulation_for(train, planned_world, env.world_size)
     sampler = DistributedLengthGroupedSampler(lengths, train["batch_size"], env.rank, env.world_size, train["seed"],
                                               accumulation=accumulation)
+    # Its own generator: each new iterator draws a seed from it, and drawn
+    # from torch's global RNG that draw would shift the dropout masks of a
+    # run resumed mid-epoch against an uninterrupted one.
     loader = torch.utils.data.DataLoader(
-        split.with_format(None), batch_sampler=sampler, collate_fn=pad_collate(pad_id))
+        split.with_format(None), batch_sampler=sampler, collate_fn=pad_collate(pad_id),
+        generator=torch.Generator().manual_seed(train["seed"]))
     return loader, sampler
 
 
