@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test lint test-teardown bench clean report compare
+.PHONY: venv demo test lint test-teardown test-chaos bench clean report compare
 
 include mk/cluster.mk
 include mk/intel.mk
@@ -61,6 +61,14 @@ lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/snakefmt --check Snakefile workflow/rules
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/snakemake --lint --configfile experiments/demo.yaml
+
+# Seeded rounds of random faults (rank kill, SIGSTOP, SIGTERM to a rank or to
+# mpirun, a corrupted newest checkpoint) in one run, which must end with the
+# weights of a clean run (`make test` runs 3 rounds): make test-chaos ROUNDS=8
+ROUNDS ?= 8
+test-chaos: venv
+	CPUDDP_CHAOS_ROUNDS=$(ROUNDS) PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -q -s \
+		tests/test_self_healing.py -k chaos
 
 clean:
 	rm -rf results logs .snakemake
