@@ -53,7 +53,7 @@ def requested(flavour: str) -> str:
     return "mpich" if flavour == "mpich" else "auto"
 
 
-PROGRAM = ("import os, sys, json; from pathlib import Path; from workflow.scripts import dist_env; "
+PROGRAM = ("import os, sys, json; from pathlib import Path; from workflow.scripts.launch import ranks as dist_env; "
            "e = dist_env.read(); Path(sys.argv[1], f'rank{e.rank}').write_text(json.dumps("
            "[e.world_size, e.local_rank, os.environ['OMP_NUM_THREADS'], os.environ['EVIL'], "
            "sorted(os.sched_getaffinity(0))]))")

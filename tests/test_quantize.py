@@ -165,7 +165,8 @@ def test_evaluate_cli_applies_the_gate(learned, tmp_path):
     quantize.quantize(learned / "model", learned / "tokenized", tmp_path / "int8", "mrpc", 16)
     (tmp_path / "eval.json").write_text(json.dumps({"task": "mrpc", "evaluation": {
         "batch_size": 32, "n_best_size": 20, "max_answer_length": 30, "null_score_diff_threshold": 0.0}}))
-    (tmp_path / "env.json").write_text(json.dumps({"precision": "fp32"}))
+    (tmp_path / "env.json").write_text(json.dumps({"precision": "fp32", "backend": "gloo", "threads_per_process": 1,
+                                                    "nodes": 1, "processes_per_node": 1}))
     (tmp_path / "fp32.json").write_text(json.dumps({"accuracy": 1.5, "f1": 0.0}))
     argv = ["--int8", "--config", str(tmp_path / "eval.json"), "--environment", str(tmp_path / "env.json"),
             "--model", str(tmp_path / "int8"), "--data", str(learned / "tokenized"), "--raw", "unused",

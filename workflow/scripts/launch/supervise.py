@@ -133,3 +133,6 @@ def stop(proc: subprocess.Popen, ranks: list[dict]) -> None:
             proc.kill()
             proc.wait()
     signal_ranks(ranks, signal.SIGKILL)
+    deadline = time.monotonic() + STOP_WAIT_SECONDS
+    while any(is_here(r) and pid_alive(r["pid"]) for r in ranks) and time.monotonic() < deadline:
+        time.sleep(0.05)  # gone before the verdict, not just signalled
