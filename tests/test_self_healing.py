@@ -82,9 +82,9 @@ def launcher_pid() -> int:
             cmd = (proc / "cmdline").read_bytes()
         except OSError:
             continue
-        if cmd.startswith(b"mpiexec.hydra") or b"/mpiexec.hydra\0" in cmd:
-            if b"workflow.scripts.train.rank" in cmd:
-                return int(proc.name)
+        is_hydra = cmd.startswith(b"mpiexec.hydra") or b"/mpiexec.hydra\0" in cmd
+        if is_hydra and b"workflow.scripts.train.rank" in cmd:
+            return int(proc.name)
     raise AssertionError("no mpiexec.hydra of a training found")
 
 
