@@ -22,7 +22,7 @@ from bench.train_bench import MODEL, full_config, prepare
 from workflow.scripts.common import config as cfg
 from workflow.scripts.common import hardware
 from workflow.scripts.common.snakemake_env import prepare_job_environment
-from workflow.scripts.train import tune
+from workflow.scripts.train.runs import run_training
 
 # name -> (distributed settings, train settings); batch 16 x 2 ranks x 1 = 32
 LEVERS = {
@@ -46,7 +46,7 @@ def lever_config(base: dict, dist: dict, train: dict) -> dict:
 
 def measure(out: Path, data: Path, name: str, config: dict, accuracy: bool) -> dict:
     out.mkdir(parents=True)
-    info, metrics = tune.train_once(config, str(data), out, f"levers bench: {name}")
+    info, metrics = run_training(config, str(data), out, f"levers bench: {name}")
     result = {"samples_per_second": metrics["train_samples_per_second"],
               "wait": metrics["allreduce_wait_share"], "final_loss": metrics["final_loss"]}
     if accuracy:

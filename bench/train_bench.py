@@ -30,7 +30,7 @@ from workflow.scripts.data import demo
 from workflow.scripts.nodes import describe as environment
 from workflow.scripts.launch import command as launch
 from workflow.scripts.common import tasks
-from workflow.scripts.train import tune
+from workflow.scripts.train.runs import run_training
 from workflow.scripts.data.sources import load_local
 from workflow.scripts.common.modeling import load_tokenizer
 from workflow.scripts.common.snakemake_env import prepare_job_environment
@@ -101,7 +101,7 @@ def run_cpuddp(work: Path, model: str, data: Path, steps, epochs, precision: str
     config = full_config(model, steps, epochs, precision, seed)
     out = work / f"cpuddp-{precision}-{seed}"
     out.mkdir()
-    info, metrics = tune.train_once(config, str(data), out, "cpuddp bench run")
+    info, metrics = run_training(config, str(data), out, "cpuddp bench run")
     result = {"train_samples_per_second": metrics["train_samples_per_second"], "precision": info["precision"],
               "peak_rss_mb": metrics["peak_rss_mb_per_rank"],
               "allreduce_wait_share": metrics["allreduce_wait_share"]}

@@ -9,16 +9,14 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import sys
 import tempfile
 from pathlib import Path
 
 from workflow.scripts.common import hardware
 from workflow.scripts.common.atomic import read_json, write_json
-from workflow.scripts.common.errors import UserError, run_cli
-from workflow.scripts.launch import job
-from workflow.scripts.nodes import describe
+from workflow.scripts.common.errors import run_cli
+from workflow.scripts.train.runs import run_training
 
 
 def layouts(cores: int) -> list[tuple[int, int]]:
@@ -33,24 +31,9 @@ def burst_config(config: dict, ranks: int, threads: int, steps: int) -> dict:
     return burst
 
 
-def train_once(config: dict, data: str, work: Path, what: str = "tuning burst") -> tuple[dict, dict]:
-    """One training run of `config` launched like the workflow's: (environment, train_metrics)."""
-    info = describe.environment_record(config)
-    (work / "train.json").write_text(json.dumps(config))
-    (work / "env.json").write_text(json.dumps(info))
-    program = [sys.executable, "-m", "workflow.scripts.train.rank", "--config", str(work / "train.json"),
-               "--environment", str(work / "env.json"), "--data", data, "--out", str(work),
-               "--log-dir", str(work / "logs")]
-    try:
-        job.run(config, info, program, work / "logs", quiet=True)
-    except UserError as err:
-        raise UserError(f"{what} failed with {config['distributed']['processes_per_node']} ranks: {err}") from None
-    return info, read_json(work / "train_metrics.json")
-
-
 def measure(config: dict, data: str, work: Path) -> float:
     """Training samples/s of one short run."""
-    return train_once(config, data, work)[1]["train_samples_per_second"]
+    return run_training(config, data, work, "tuning burst")[1]["train_samples_per_second"]
 
 
 def tune(config: dict, data: str, steps: int, keep: Path) -> dict:
