@@ -71,7 +71,9 @@ def small_disk(tmp_path):
     mount.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], check=True)
     yield mount
-    subprocess.run(["umount", str(mount)], check=False)
+    # lazy: a failed torch.save may hold its file open until collected
+    done = subprocess.run(["umount", "--lazy", str(mount)], capture_output=True, text=True)
+    assert done.returncode == 0, f"umount {mount}: {done.stderr}"
 
 
 def test_a_full_disk_names_the_path_and_space_and_keeps_the_previous_checkpoint(small_disk, log):
