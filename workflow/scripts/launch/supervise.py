@@ -101,6 +101,13 @@ def pid_alive(pid: int) -> bool:
         return True
 
 
+def descendants(pid: int) -> list[psutil.Process]:
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        return []
+
+
 def is_frozen(status: dict) -> bool:
     """A rank of this host whose process is stopped (it cannot even dump its stacks)."""
     try:
@@ -123,8 +130,10 @@ def dump_stacks(statuses: list[dict]) -> None:
 
 
 def stop(proc: subprocess.Popen, ranks: list[dict]) -> None:
-    """The launcher first (it stops its ranks on every node), then any rank
-    of this host that outlived it."""
+    """The launcher first (it stops its ranks on every node), then what it
+    started here that outlived it (bootstrap processes that hold its output
+    open, ranks of this host)."""
+    family = descendants(proc.pid)
     if proc.poll() is None:
         proc.terminate()
         try:
@@ -132,6 +141,9 @@ def stop(proc: subprocess.Popen, ranks: list[dict]) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+    for child in family:
+        with contextlib.suppress(psutil.Error):
+            child.kill()
     signal_ranks(ranks, signal.SIGKILL)
     deadline = time.monotonic() + STOP_WAIT_SECONDS
     while any(is_here(r) and pid_alive(r["pid"]) for r in ranks) and time.monotonic() < deadline:
