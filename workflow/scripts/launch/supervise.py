@@ -62,10 +62,13 @@ def run(command: list[str], env: dict, log_dir, world: int, grace: float, quiet:
 
 def watch(proc: subprocess.Popen, log_dir, world: int, grace: float, statuses: list) -> Outcome:
     """Wait for the launcher; once a rank has exited, stop what is left
-    `grace` seconds later. `statuses` is kept current for the signal handler."""
-    exited_at = None
+    `grace` seconds later. `statuses` is kept current for the signal handler.
+    What the launcher started here must not outlive it (a bootstrap process
+    of a lost node keeps its output open, and the job would never end)."""
+    exited_at, family = None, []
     while proc.poll() is None:
         time.sleep(POLL_SECONDS)
+        family = descendants(proc.pid) or family
         if not log_dir:
             continue
         statuses[:] = [logs.read_status(log_dir, rank) for rank in range(world)]
@@ -77,7 +80,14 @@ def watch(proc: subprocess.Popen, log_dir, world: int, grace: float, statuses: l
             dump_stacks(stuck)
             stop(proc, stuck)
             return Outcome(proc.returncode, [s["rank"] for s in stuck], frozen)
+    end(family)
     return Outcome(proc.returncode)
+
+
+def end(processes: list[psutil.Process]) -> None:
+    for process in processes:
+        with contextlib.suppress(psutil.Error):
+            process.kill()
 
 
 def has_exited(status: dict) -> bool:
@@ -141,9 +151,7 @@ def stop(proc: subprocess.Popen, ranks: list[dict]) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-    for child in family:
-        with contextlib.suppress(psutil.Error):
-            child.kill()
+    end(family)
     signal_ranks(ranks, signal.SIGKILL)
     deadline = time.monotonic() + STOP_WAIT_SECONDS
     while any(is_here(r) and pid_alive(r["pid"]) for r in ranks) and time.monotonic() < deadline:
