@@ -73,14 +73,14 @@ def test_quantization_table_compares_like_with_like():
     header, *rows = cells(html_text, "cpuddp-quantization")
     col = {name: header.index(name) for name in header}
     by = {(r[0], r[1]): r for r in rows}
-    assert len(rows) == 9 and [r[1] for r in rows[:3]] == ["fp32 eager PyTorch", "fp32 OpenVINO", "int8 OpenVINO"]
+    assert len(rows) == 9 and [r[1] for r in rows[:3]] == ["eager PyTorch", "fp32 OpenVINO", "int8 OpenVINO"]
     q_int8, q_ov = by[("q", "int8 OpenVINO")], by[("q", "fp32 OpenVINO")]
     assert q_int8[col["f1"]] == "0.88" and q_int8[col["samples/s"]] == "125"
     assert q_int8[col["× fp32 same runtime"]] == "1.25x" and q_int8[col["× eager fp32"]] == "2.50x"
     assert q_int8[col["deployed"]] == "deploy/" and q_ov[col["deployed"]] == ""
     assert q_ov[col["× eager fp32"]] == "2.00x" and q_ov[col["shapes"]] == "buckets"
     assert q_ov[col["verdict"]] == "accuracy gate met"
-    assert by[("q", "fp32 eager PyTorch")][col["verdict"]] == "reference"
+    assert by[("q", "eager PyTorch")][col["verdict"]] == "reference"
     assert "not quantized" in by[("s", "int8 OpenVINO")][col["verdict"]]
     assert by[("s", "fp32 OpenVINO")][col["deployed"]] == "deploy/"
     assert "quantization.enabled false" in by[("p", "fp32 OpenVINO")][col["verdict"]]

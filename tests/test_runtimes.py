@@ -105,6 +105,20 @@ def test_buckets_and_padding():
     assert padded["input_ids"].tolist() == [[5, 6, 9, 9]] and padded["attention_mask"].tolist() == [[1, 1, 0, 0]]
 
 
+@pytest.mark.parametrize("value, message", [
+    ("maybe", "quantization.enabled: 'maybe' is not allowed; choose one of: auto true false"),
+    (1, "quantization.enabled: 1 is not allowed"),
+])
+def test_enabled_takes_auto_true_false(value, message):
+    base = {"experiment": "x", "task": "mrpc", "model": "m"}
+    for ok in ("auto", True, False):
+        assert cfg.validate({**base, "quantization": {"enabled": ok}})["quantization"]["min_speedup"] == 1.0
+    with pytest.raises(cfg.ConfigError, match=message):
+        cfg.validate({**base, "quantization": {"enabled": value}})
+    with pytest.raises(cfg.ConfigError, match="quantization.min_speedup: 0 is less than or equal to the minimum"):
+        cfg.validate({**base, "quantization": {"min_speedup": 0}})
+
+
 # ---------------------------------------------------------------- the real path, this CPU
 
 def write(path, value) -> str:

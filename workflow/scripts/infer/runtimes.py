@@ -55,16 +55,16 @@ def load_models(args, task, decisions, pad_id: int, buckets: list[int]) -> tuple
 
 def score_openvino(models: dict, variants: dict, task, tokenized, raw, settings: dict, pad_id: int,
                    out: Path) -> dict:
-    """candidate -> task metrics of the OpenVINO models over the whole validation set
-    (with dynamic shapes: bucketed ones give the same outputs, shapes.py)."""
+    """candidate -> task metrics of the OpenVINO models (or IPEX's TorchScript int8)
+    over the whole validation set (with dynamic shapes: bucketed ones give the same outputs, shapes.py)."""
     entries = {}
     for name in ("fp32_openvino", "int8"):
         if name not in variants:
             continue
         model, autocast = models[variants[name][0]]
         result, samples, _, predictions = runtime.score(task, model, tokenized, raw, settings, pad_id, autocast)
-        entries[name] = {**result, "samples": samples, "runtime": "openvino",
-                         "precision": "int8" if name == "int8" else "fp32"}
+        entries[name] = {**result, "samples": samples, "precision": "int8" if name == "int8" else "fp32",
+                         "runtime": "openvino" if ":" in variants[name][0] else "torchscript+ipex"}
         if predictions is not None:
             write_json(out.with_name(f"{out.stem}_{name}_predictions.json"), predictions)
     return entries
@@ -178,7 +178,7 @@ def evaluate_runtimes(args, config: dict, decisions) -> dict:
     return {"cpu": {**cpu, "low_precision": hardware.low_precision_support(cpu["isa_flags"]),
                     "tag": hardware.cpu_tag(cpu)},
             "eval": {name: entries.get(name) for name in policy.CANDIDATES},
-            "quantization": quantization_record(meta["decision"] or {}, entries, gates, verdict, deploy),
+            "quantization": quantization_record(meta.get("decision") or {}, entries, gates, verdict, deploy),
             "deploy": {"candidate": deploy, "why": why}}
 
 
