@@ -107,6 +107,12 @@ def test_artifact_reloads_and_answers_like_a_model(quantized_run):
     assert quantize.max_abs_diff(a, b) == 0.0
 
 
+def test_nothing_to_do_after_a_quantized_run(quantized_run):
+    work, configfile, _ = quantized_run
+    done = snakemake(work, configfile, "--dry-run")
+    assert "Nothing to be done" in done.stdout + done.stderr, done.stdout[-3000:]
+
+
 def test_gate_setting_does_not_requantize(quantized_run, tmp_path):
     work, configfile, _ = quantized_run
     config = yaml.safe_load(configfile.read_text())

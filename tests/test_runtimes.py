@@ -230,11 +230,13 @@ def test_speed_gate_and_note_follow_the_measurement(mrpc):
 
 def test_deploy_holds_the_fastest_and_loads_in_two_lines(mrpc):
     work, paths, result = mrpc
+    (work / "model" / ".snakemake_timestamp").touch()  # Snakemake's marker: never shared with deploy/
     meta = run_deploy(work, paths, "eval_runtimes.json")
     chosen = result["deploy"]["candidate"]
     assert meta["candidate"] == chosen and meta["source"] == policy.FOLDERS[chosen]
     assert meta["samples_per_second"] == result["eval"][chosen]["samples_per_second"]
     assert meta["measured_on"] == result["cpu"]["tag"] and set(meta["metrics"]) == {"accuracy", "f1"}
+    assert not (work / "deploy" / ".snakemake_timestamp").exists()
     model, tokenizer = deploy.load_deployed(work / "deploy")
     assert model(**tokenizer("a b", "c", return_tensors="pt")).logits.shape == (1, 2)
     validation = datasets.load_from_disk(paths["data"])["validation"]

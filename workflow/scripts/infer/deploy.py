@@ -25,6 +25,7 @@ from workflow.scripts.common.errors import UserError
 from workflow.scripts.infer import policy, stacks
 
 DEPLOY_FILE = policy.DEPLOY_FILE
+SNAKEMAKE_MARKERS = (".snakemake",)  # .snakemake_timestamp of directory outputs
 # Copied from the candidate's evaluation into deploy.json (besides its task metrics).
 KEPT = ("runtime", "precision", "shapes", "buckets", "samples", "samples_per_second", "latency_ms_p50",
         "latency_ms_p99", "speedup_vs_eager", "speedup_vs_fp32_same_runtime", "timing")
@@ -45,8 +46,11 @@ def deployment(evaluation: dict, task: tasks.Task) -> dict:
 
 
 def link_or_copy(source: Path, target: Path) -> None:
-    """Every file of `source` into `target`: hard links where the filesystem allows, else copies."""
+    """Every file of `source` into `target`: hard links where the filesystem allows, else copies.
+    Snakemake's own markers are left out: it touches deploy/'s, which must not touch the source's."""
     for path in sorted(source.rglob("*")):
+        if path.name.startswith(SNAKEMAKE_MARKERS):
+            continue
         dest = target / path.relative_to(source)
         if path.is_dir():
             dest.mkdir(parents=True, exist_ok=True)
