@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test lint test-teardown test-chaos bench clean report compare
+.PHONY: venv demo test lint test-teardown test-chaos bench bench-quant clean report compare
 
 include mk/cluster.mk
 include mk/intel.mk
@@ -79,3 +79,14 @@ clean:
 bench: venv
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m bench.train_bench
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m bench.startup
+	$(MAKE) --no-print-directory bench-quant
+
+# INT8 and inference on this CPU (README, Static INT8 quantization): eager fp32,
+# OpenVINO fp32 and int8, dynamic shapes and buckets, side by side, the CPU's
+# model and int8/bf16 flags beside every figure; the demo's model is trained
+# first when missing. Another model: make bench-quant QUANT_ARGS="--model M --data D --task T"
+QUANT_ARGS ?=
+bench-quant: venv
+	test -d results/demo/default/model || PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/snakemake --profile profiles/local \
+		results/demo/default/model results/demo/data/raw --configfile experiments/demo.yaml
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m bench.quant_bench --json results/quant_bench.json $(QUANT_ARGS)

@@ -1,317 +1,213 @@
-"""fp32 against static INT8 with every quantization stack, side by side.
+"""INT8 and inference speed on this CPU, with the CPU model and its int8 /
+bf16 flags beside every figure, so that numbers from different CPUs are
+never mixed up.
 
-    .venv/bin/python bench/quant_bench.py            # after `make demo`
+    make bench-quant                     # trains the demo model first if it is missing
+    .venv/bin/python -m bench.quant_bench [--model M --data D --raw R --task T] [--json out.json]
+    .venv/bin/python -m bench.quant_bench --others torch-dynamic,torchao-pt2e,onnxruntime  # other stacks too
 
-Quantizes the fine-tuned demo model (results/demo/default/model) with each
-stack that is installed, calibrating on the same N training samples, then
-measures all candidates in interleaved rounds in ONE process (a shared
-machine slows them alike): accuracy and F1 on the validation split,
-throughput at the evaluation batch size (length-sorted batches, as
-workflow/scripts/infer/runtime.py) and latency at batch size 1 (p50, p99).
-Ratios are against the workflow's fp32 evaluation (eager PyTorch). The last
-lines check the targets of README, Quantization for the workflow's stack.
+Converts the fine-tuned model (default: the demo's) to fp32 OpenVINO as
+convert_openvino does and quantizes it as quantize_static does (NNCF, the
+same calibration rows), then times in ONE process, on the same rows, with
+the workflow's own measurement (workflow/scripts/infer/speed.py: a warm-up
+pass, then interleaved rounds, medians; batch-1 latency row by row): eager
+PyTorch fp32, OpenVINO fp32 and OpenVINO int8, each OpenVINO model with
+dynamic shapes and with fixed-length buckets. Metrics over the whole
+validation set. Then the targets of README, Static INT8 quantization:
 
-Stacks not installed are listed as skipped; the extra ones install with
-`pip install onnxruntime onnx onnxscript torchao` (not needed by the workflow).
-Classification tasks only.
+- on a CPU with int8 dot products (VNNI or AMX): int8 >= 1.5x fp32 in the
+  same runtime (OpenVINO), within 1 point of fp32 on every task metric;
+- on any CPU: the model deploy/ would hold (the workflow's own choice,
+  infer/policy.py) >= 1.2x eager fp32, within 1 point.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import copy
 import json
 import sys
 import time
 from pathlib import Path
 
 import datasets
-import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from workflow.scripts.common import hardware, tasks
-from workflow.scripts.infer import metrics, quantize, runtime, stacks
-from workflow.scripts.train.batching import pad_collate
+from bench.quant_stacks import OTHERS
+from workflow.scripts.common import hardware, tasks, versions
+from workflow.scripts.common.errors import UserError, run_cli
+from workflow.scripts.infer import gate, policy, quantize, runtime, speed, stacks
+from workflow.scripts.infer.shapes import SHAPE_MODES, bucket_lengths
 
-BASELINE = "torch fp32 (workflow fp32)"
-TARGET_SPEEDUP = 1.5
-TARGET_POINTS = 1.0
-
-
-class Logits:
-    """Anything returning logits for (input_ids, attention_mask, token_type_ids) as a HF-like model."""
-
-    def __init__(self, run, inputs):
-        self.run, self.inputs = run, inputs
-
-    def __call__(self, **batch):
-        from transformers.modeling_outputs import SequenceClassifierOutput
-
-        return SequenceClassifierOutput(logits=self.run(*(batch[k] for k in self.inputs)))
+TARGET_INT8, TARGET_DEPLOY, TARGET_POINTS = 1.5, 1.2, 1.0
+OPENVINO = ("fp32_openvino", "int8")
 
 
-# ---------------------------------------------------------------- candidates
-
-def torch_dynamic(model, calibration, work):
-    from torch.ao.quantization import quantize_dynamic
-
-    return {"torch dynamic int8 (Linear)": quantize_dynamic(copy.deepcopy(model), {torch.nn.Linear}, dtype=torch.qint8)}
+def label(name: str) -> str:
+    """fp32_openvino:buckets -> 'fp32 OpenVINO, buckets'."""
+    base, _, mode = name.partition(":")
+    return f"{policy.LABELS.get(base, base)}{', ' + mode if mode else ''}"
 
 
-def torch_eager_static(model, calibration, work):
-    """PyTorch eager-mode static quantization: every Linear between Quant/DeQuant stubs."""
-    import torch.ao.quantization as tq
-
-    class Quantized(torch.nn.Module):
-        def __init__(self, linear):
-            super().__init__()
-            self.quant, self.linear, self.dequant = tq.QuantStub(), linear, tq.DeQuantStub()
-
-        def forward(self, x):
-            return self.dequant(self.linear(self.quant(x)))
-
-    torch.backends.quantized.engine = "x86"
-    qmodel = copy.deepcopy(model)
-    for module in list(qmodel.modules()):
-        for name, child in list(module.named_children()):
-            if isinstance(child, torch.nn.Linear):
-                wrapped = Quantized(child)
-                wrapped.qconfig = tq.QConfig(
-                    activation=tq.MinMaxObserver.with_args(dtype=torch.quint8, reduce_range=False),
-                    weight=tq.PerChannelMinMaxObserver.with_args(dtype=torch.qint8,
-                                                                 qscheme=torch.per_channel_symmetric))
-                setattr(module, name, wrapped)
-    tq.prepare(qmodel, inplace=True)
-    with torch.no_grad():
-        for batch in calibration:
-            qmodel(**batch)
-    return {"torch eager static int8": tq.convert(qmodel, inplace=True)}
+def workflow_candidates(model, task, calibration, work: Path, pad_id: int, buckets) -> dict:
+    """Eager fp32 and every shape mode of OpenVINO fp32 and int8, as the workflow builds them."""
+    outputs = stacks.output_names(task)
+    built = {"fp32_openvino": stacks.to_openvino(model, calibration[0], outputs),
+             "int8": stacks.quantize_openvino(model, calibration, outputs)}
+    models = {"fp32": (model, contextlib.nullcontext)}
+    for name, ov_model in built.items():
+        stacks.save_openvino(ov_model, work / name / stacks.IR_FILE)
+        for mode in SHAPE_MODES:
+            loaded = stacks.load_ir(work / name, outputs, mode, buckets, pad_id)
+            models[f"{name}:{mode}"] = (loaded, contextlib.nullcontext)
+    return models
 
 
-class _Positional(torch.nn.Module):
-    def __init__(self, model, inputs):
-        super().__init__()
-        self.model, self.inputs = model, inputs
-
-    def forward(self, input_ids, attention_mask, token_type_ids=None):
-        given = dict(zip(self.inputs, (input_ids, attention_mask, token_type_ids)))
-        return self.model(**given).logits
-
-
-def torchao_pt2e(model, calibration, work):
-    """torch.export + torchao PT2E with the X86 Inductor quantizer, compiled by Inductor."""
-    import torch._inductor.config as inductor_config
-    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
-    from torchao.quantization.pt2e.quantizer import x86_inductor_quantizer as xiq
-
-    inductor_config.freezing = True
-    inputs = tuple(calibration[0])
-    example = pad_collate(0)([{k: v[0].tolist() for k, v in b.items()} for b in calibration[:8]])
-    batch, length = (torch.export.Dim("batch", min=1, max=1024),
-                     torch.export.Dim("length", min=2, max=model.config.max_position_embeddings))
-    shapes = tuple({0: batch, 1: length} for _ in inputs)
-    args = tuple(example[k] for k in inputs)
-    program = torch.export.export(_Positional(model, inputs), args, dynamic_shapes=shapes)
-    quantizer = xiq.X86InductorQuantizer().set_global(xiq.get_default_x86_inductor_quantization_config())
-    prepared = prepare_pt2e(program.module(), quantizer)
-    with torch.no_grad():
-        for b in calibration:
-            prepared(*(b[k] for k in inputs))
-    converted = convert_pt2e(prepared)
-    path = work / "pt2e_int8.pt2"
-    torch.export.save(torch.export.export(converted, args, dynamic_shapes=shapes), path)
-    reloaded = torch.export.load(path).module()
-    compiled_fp32 = torch.compile(_Positional(model, inputs), dynamic=True)
-    compiled_int8 = torch.compile(reloaded, dynamic=True)
-    return {"torch.compile fp32 (Inductor)": Logits(compiled_fp32, inputs),
-            "torchao PT2E x86 int8 (Inductor)": Logits(compiled_int8, inputs)}
-
-
-def onnxruntime_static(model, calibration, work):
-    """ONNX export, then ORT quantize_static: QDQ, per-channel weights, MinMax, Linear MatMuls."""
-    import onnxruntime as ort
-    from onnxruntime.quantization import (CalibrationDataReader, CalibrationMethod, QuantFormat, QuantType,
-                                          quantize_static)
-
-    inputs = tuple(calibration[0])
-    fp32_path, int8_path = work / "model.onnx", work / "model_int8.onnx"
-    args = tuple(calibration[0][k] for k in inputs)
-    torch.onnx.export(_Positional(model, inputs), args, fp32_path, input_names=list(inputs), output_names=["logits"],
-                      dynamic_axes={k: {0: "batch", 1: "length"} for k in inputs}, opset_version=17, dynamo=False)
-
-    class Reader(CalibrationDataReader):
-        def __init__(self):
-            self.rows = iter([{k: b[k].numpy() for k in inputs} for b in calibration])
-
-        def get_next(self):
-            return next(self.rows, None)
-
-    quantize_static(fp32_path, int8_path, Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
-                    reduce_range=False, activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
-                    op_types_to_quantize=["MatMul", "Gemm"], calibrate_method=CalibrationMethod.MinMax,
-                    extra_options={"MatMulConstBOnly": True})
-
-    def session(path):
-        options = ort.SessionOptions()
-        options.intra_op_num_threads, options.inter_op_num_threads = torch.get_num_threads(), 1
-        sess = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-        return Logits(lambda *a: torch.from_numpy(sess.run(None, {k: v.numpy() for k, v in zip(inputs, a)})[0]),
-                      inputs)
-
-    return {"onnxruntime fp32": session(fp32_path), "onnxruntime static int8 (QDQ)": session(int8_path)}
-
-
-def openvino_nncf(model, calibration, work):
-    """The workflow's stack: stacks.py's own functions (NNCF, OpenVINO IR)."""
-    import openvino as ov
-
-    outputs = ("logits",)
-    fp32 = stacks.to_openvino(model, calibration[0], outputs)
-    int8 = stacks.quantize_openvino(model, calibration, outputs)
-    ov.save_model(int8, work / "int8.xml", compress_to_fp16=False)
-    reloaded = stacks.compile_openvino(ov.Core().read_model(work / "int8.xml"))
-    return {"openvino fp32 (same runtime)": stacks.wrap_openvino(stacks.compile_openvino(fp32), outputs),
-            "openvino+nncf static int8 (workflow)": stacks.wrap_openvino(reloaded, outputs)}
-
-
-STACKS = {
-    "torch-dynamic": torch_dynamic,
-    "torch-eager-static": torch_eager_static,
-    "torchao-pt2e": torchao_pt2e,
-    "onnxruntime": onnxruntime_static,
-    "openvino": openvino_nncf,
-}
-WORKFLOW = "openvino+nncf static int8 (workflow)"
-
-
-# ---------------------------------------------------------------- measuring
-
-def batch1_times(model, rows) -> list[float]:
-    """Milliseconds per single-sample call (after a short warm-up)."""
-    times = []
-    with torch.inference_mode():
-        for i, row in enumerate(rows[:3] + rows):
-            start = time.perf_counter()
-            model(**row)
-            if i >= 3:
-                times.append(1000 * (time.perf_counter() - start))
-    return times
-
-
-def measure(candidates: dict, split, labels, task, rounds: int, batch_size: int, latency_rows: int) -> dict:
-    """A warm-up pass, then interleaved rounds: every candidate once per round."""
-    collate = pad_collate(0)
-    inputs = split.select_columns([k for k in runtime.MODEL_INPUTS if k in split.column_names])
-    rows = [collate([inputs[i]]) for i in range(min(latency_rows, len(split)))]
-    stats = {name: {"sps": [], "ms": []} for name in candidates}
-    for model in candidates.values():  # warm-up, unmeasured: compilers see every shape once
-        runtime.forward_all(model, split, batch_size, 0, contextlib.nullcontext)
-        batch1_times(model, rows)
-    for r in range(rounds):
-        for name, model in candidates.items():
-            outputs, seconds = runtime.forward_all(model, split, batch_size, 0, contextlib.nullcontext)
-            stats[name]["sps"].append(len(split) / seconds)
-            stats[name]["ms"] += batch1_times(model, rows)
-            if r == 0:
-                logits = np.stack(outputs)
-                stats[name]["metrics"] = metrics.glue_metrics(task.name, logits.argmax(-1), labels)
-            print(f"  round {r + 1}/{rounds} {name}: {stats[name]['sps'][-1]:.1f} samples/s", file=sys.stderr)
-    return stats
-
-
-def table(stats: dict) -> list[dict]:
-    base = stats[BASELINE]
-    base_sps = float(np.median(base["sps"]))
-    rows = []
-    for name, s in stats.items():
-        sps = float(np.median(s["sps"]))
-        p50, p99 = np.percentile(s["ms"], [50, 99])
-        rows.append({"stack": name, "accuracy": s["metrics"]["accuracy"], "f1": s["metrics"]["f1"],
-                     "samples_per_second": round(sps, 2), "speedup": round(sps / base_sps, 2),
-                     "latency_ms_p50": round(float(p50), 2), "latency_ms_p99": round(float(p99), 2),
-                     "latency_speedup_p50": round(float(np.percentile(base["ms"], 50) / p50), 2),
-                     "d_accuracy_points": round(100 * (s["metrics"]["accuracy"] - base["metrics"]["accuracy"]), 2),
-                     "d_f1_points": round(100 * (s["metrics"]["f1"] - base["metrics"]["f1"]), 2)})
-    return rows
-
-
-def print_table(rows: list[dict], skipped: dict) -> None:
-    head = f"{'stack':40} {'acc':>6} {'Δacc':>6} {'F1':>6} {'ΔF1':>6} {'samples/s':>9} {'x fp32':>6} " \
-           f"{'p50 ms':>7} {'p99 ms':>7} {'x p50':>5}"
-    print(head)
-    print("-" * len(head))
-    for r in rows:
-        print(f"{r['stack']:40} {r['accuracy']:6.4f} {r['d_accuracy_points']:+6.2f} {r['f1']:6.4f} "
-              f"{r['d_f1_points']:+6.2f} {r['samples_per_second']:9.1f} {r['speedup']:5.2f}x "
-              f"{r['latency_ms_p50']:7.1f} {r['latency_ms_p99']:7.1f} {r['latency_speedup_p50']:4.2f}x")
-    for name, why in skipped.items():
-        print(f"{name:40} skipped: {why}")
-
-
-def check_targets(rows: list[dict]) -> bool:
-    chosen = next((r for r in rows if r["stack"] == WORKFLOW), None)
-    if chosen is None:
-        print("targets: the workflow's stack (openvino) was not measured")
-        return False
-    accurate = min(chosen["d_accuracy_points"], chosen["d_f1_points"]) >= -TARGET_POINTS
-    fast = chosen["speedup"] >= TARGET_SPEEDUP
-    print(f"target accuracy/F1 within {TARGET_POINTS:g} point of fp32: "
-          f"{'PASS' if accurate else 'FAIL'} ({chosen['d_accuracy_points']:+.2f} / {chosen['d_f1_points']:+.2f})")
-    print(f"target throughput >= {TARGET_SPEEDUP}x fp32: {'PASS' if fast else 'FAIL'} ({chosen['speedup']:.2f}x)")
-    return accurate and fast
-
-
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="results/demo/default/model")
-    parser.add_argument("--data", default="results/demo/data/tokenized")
-    parser.add_argument("--task", default="mrpc")
-    parser.add_argument("--calibration-samples", type=int, default=200)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--batch-size", type=int, default=64, help="throughput batch (evaluation.batch_size)")
-    parser.add_argument("--latency-rows", type=int, default=100)
-    parser.add_argument("--stacks", default=",".join(STACKS), help=f"comma list of {', '.join(STACKS)}")
-    parser.add_argument("--work", default="results/quant_bench", help="folder for the artifacts")
-    parser.add_argument("--json", help="also write the table here")
-    args = parser.parse_args(argv)
-    from transformers import AutoTokenizer
-
-    datasets.disable_progress_bars()
-    task = tasks.get_task(args.task)
-    threads = hardware.usable_cores(hardware.cpu_summary())
-    torch.set_num_threads(threads)
-    work = Path(args.work)
-    work.mkdir(parents=True, exist_ok=True)
-    tokenized = datasets.load_from_disk(args.data)
-    pad_id = AutoTokenizer.from_pretrained(args.model).pad_token_id
-    rows = quantize.calibration_rows(tokenized["train"], args.calibration_samples)
-    calibration = quantize.calibration_batches(rows, pad_id)
-    model = runtime.load_for_eval(args.model, task)
-    candidates, skipped = {BASELINE: model}, {}
-    for name in args.stacks.split(","):
-        start = time.perf_counter()
+def other_candidates(names: str, model, calibration, work: Path) -> tuple[dict, dict]:
+    models, skipped = {}, {}
+    for name in filter(None, names.split(",")):
+        if name not in OTHERS:
+            raise UserError(f"--others: {name!r} is not one of {', '.join(OTHERS)}")
         try:
-            built = STACKS[name](model, calibration, work)
+            built = OTHERS[name](model, calibration, work)
         except ImportError as err:
             skipped[name] = f"not installed ({err.name})"
             continue
-        candidates.update(built)
-        print(f"built {name} in {time.perf_counter() - start:.0f} s", file=sys.stderr)
+        models.update({k: (v, contextlib.nullcontext) for k, v in built.items()})
+    return models, skipped
+
+
+def measure(models: dict, task, tokenized, raw, args, pad_id: int) -> dict:
+    """name -> samples/s (median), latency, task metrics, as evaluate_runtimes measures them."""
     split = tokenized[task.validation_splits[0]]
-    print(f"measuring {len(candidates)} candidates, {args.rounds} interleaved rounds, {threads} threads, "
-          f"{len(split)} rows at batch {args.batch_size}, {args.latency_rows} rows at batch 1", file=sys.stderr)
-    stats = measure(candidates, split, np.array(split["labels"]), task, args.rounds, args.batch_size,
-                    args.latency_rows)
-    result = table(stats)
-    print_table(result, skipped)
-    ok = check_targets(result)
+    rows = speed.speed_split(split, args.rows)
+    print(f"timing {len(models)} models: {len(rows)} rows x {args.rounds} rounds at batch {args.batch_size}, "
+          f"{min(args.latency_rows, len(split))} rows at batch 1", file=sys.stderr)
+    measured = speed.throughput(models, rows, args.batch_size, pad_id, args.rounds)
+    latencies = speed.latency(models, split, pad_id, args.latency_rows)
+    settings = {"batch_size": args.batch_size, "n_best_size": 20, "max_answer_length": 30,
+                "null_score_diff_threshold": 0.0}
+    result = {}
+    for name, (model, autocast) in models.items():
+        metrics = runtime.score(task, model, tokenized, raw, settings, pad_id, autocast)[0]
+        result[name] = {**metrics, "samples_per_second": speed.median(measured[name]),
+                        "rounds": [round(x, 2) for x in measured[name]], **latencies[name]}
+    return result
+
+
+def decorate(result: dict, task) -> None:
+    """Speedups over eager fp32 and over fp32 in the same runtime, and the largest accuracy drop."""
+    eager = result["fp32"]
+    for name, row in result.items():
+        row["speedup_vs_eager"] = policy.speedup(row, eager)
+        row["max_drop_points"] = round(max(gate.accuracy_drops(task, eager, row).values(), default=0.0), 2)
+        if name.startswith("int8:"):
+            row["speedup_vs_fp32_same_runtime"] = policy.speedup(row, result["fp32_openvino:" + name.split(":")[1]])
+
+
+def print_table(result: dict, task, tag: str) -> None:
+    names = [m for m in next(iter(result.values())) if m.removesuffix("_mm") in task.metrics]
+    head = (f"{'model':34} " + " ".join(f"{m[:8]:>8}" for m in names) + f" {'Δmax pt':>7} {'samples/s':>9} "
+            f"{'x eager':>7} {'x fp32 OV':>9} {'p50 ms':>7} {'p99 ms':>7}  CPU")
+    print(head)
+    print("-" * len(head))
+    for name, r in result.items():
+        same = r.get("speedup_vs_fp32_same_runtime")
+        print(f"{label(name):34} " + " ".join(f"{r[m]:8.4f}" for m in names) + f" {-r['max_drop_points']:+7.2f} "
+              f"{r['samples_per_second']:9.1f} {r['speedup_vs_eager']:6.2f}x "
+              f"{(f'{same:8.2f}x' if same else '        -'):>9} {r['latency_ms_p50']:7.2f} {r['latency_ms_p99']:7.2f}"
+              f"  {tag}")
+
+
+def best(result: dict, base: str) -> str:
+    return speed.best_variant({n: [r["samples_per_second"]] for n, r in result.items()},
+                              [f"{base}:{mode}" for mode in SHAPE_MODES])
+
+
+def shapes_lines(result: dict, tag: str) -> None:
+    for base in OPENVINO:
+        dynamic, buckets = (result[f"{base}:{mode}"]["samples_per_second"] for mode in SHAPE_MODES)
+        print(f"shapes {policy.LABELS[base]}: buckets {buckets:.1f} vs dynamic {dynamic:.1f} samples/s = "
+              f"{buckets / dynamic:.2f}x; kept: {best(result, base).split(':')[1]}  {tag}")
+
+
+def targets(result: dict, support: dict, tag: str) -> dict:
+    """Both targets with their numbers; the deploy choice is the workflow's own."""
+    fp32_ov, int8 = (result[best(result, base)] for base in OPENVINO)
+    ratio = round(int8["samples_per_second"] / fp32_ov["samples_per_second"], 3)
+    int8_ok = ratio >= TARGET_INT8 and int8["max_drop_points"] <= TARGET_POINTS
+    applies = support["int8_expected_to_pay"]
+    verdict = ("PASS" if int8_ok else "FAIL") if applies else "n/a here (no int8 dot-product instructions)"
+    print(f"target int8 >= {TARGET_INT8}x fp32 OpenVINO within {TARGET_POINTS:g} point: {verdict} "
+          f"({ratio:.2f}x, max drop {int8['max_drop_points']:.2f} points)  {tag}")
+    entries = {"fp32": result["fp32"],
+               "fp32_openvino": {**fp32_ov, "meets_accuracy_gate": fp32_ov["max_drop_points"] <= TARGET_POINTS},
+               "int8": {**int8, "meets_accuracy_gate": int8["max_drop_points"] <= TARGET_POINTS,
+                        "recommended": int8["max_drop_points"] <= TARGET_POINTS and ratio >= 1.0}}
+    chosen, why = policy.choose_deploy(entries)
+    deployed = entries[chosen]
+    deploy_ok = deployed["speedup_vs_eager"] >= TARGET_DEPLOY and deployed["max_drop_points"] <= TARGET_POINTS
+    print(f"target deploy/ ({policy.LABELS[chosen]}) >= {TARGET_DEPLOY}x eager fp32 within {TARGET_POINTS:g} point: "
+          f"{'PASS' if deploy_ok else 'FAIL'} ({deployed['speedup_vs_eager']:.2f}x, max drop "
+          f"{deployed['max_drop_points']:.2f} points)  {tag}")
+    return {"int8_over_fp32_openvino": ratio, "int8_target": verdict, "deploy": chosen, "deploy_why": why,
+            "deploy_speedup_vs_eager": deployed["speedup_vs_eager"], "deploy_target": "PASS" if deploy_ok else "FAIL"}
+
+
+def parse(argv):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="results/demo/default/model", help="fine-tuned save_pretrained folder")
+    parser.add_argument("--data", default="results/demo/data/tokenized", help="tokenized DatasetDict folder")
+    parser.add_argument("--raw", default="results/demo/data/raw", help="raw DatasetDict folder (SQuAD)")
+    parser.add_argument("--task", default="mrpc")
+    parser.add_argument("--calibration-samples", type=int, default=200)
+    parser.add_argument("--rounds", type=int, default=speed.ROUNDS)
+    parser.add_argument("--rows", type=int, default=speed.SPEED_ROWS, help="rows timed for throughput")
+    parser.add_argument("--batch-size", type=int, default=64, help="throughput batch (evaluation.batch_size)")
+    parser.add_argument("--latency-rows", type=int, default=runtime.LATENCY_ROWS)
+    parser.add_argument("--others", default="", help=f"comma list of other stacks: {', '.join(OTHERS)}")
+    parser.add_argument("--work", default="results/quant_bench", help="folder for the artifacts")
+    parser.add_argument("--json", help="also write every number here")
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> None:
+    args = parse(argv)
+    for path in (args.model, args.data):
+        if not Path(path).is_dir():
+            raise UserError(f"{path} not found: run `make demo` first (or pass --model and --data)")
+    from transformers import AutoTokenizer
+
+    datasets.disable_progress_bars()
+    task, cpu = tasks.get_task(args.task), hardware.cpu_summary()
+    support, tag = hardware.low_precision_support(cpu["isa_flags"]), hardware.cpu_tag(cpu)
+    threads = hardware.usable_cores(cpu)
+    torch.set_num_threads(threads)
+    found = versions.installed("torch", "openvino", "nncf")
+    print(f"CPU {tag}, {threads} threads: {support['implies']}; " + ", ".join(f"{k} {v}" for k, v in found.items()))
+    tokenized = datasets.load_from_disk(args.data)
+    pad_id = AutoTokenizer.from_pretrained(args.model).pad_token_id
+    calibration = quantize.calibration_batches(quantize.calibration_rows(tokenized["train"], args.calibration_samples),
+                                               pad_id)
+    model = runtime.load_for_eval(args.model, task)
+    start, work = time.perf_counter(), Path(args.work)
+    longest = max(len(ids) for s in task.validation_splits for ids in tokenized[s]["input_ids"])
+    models = workflow_candidates(model, task, calibration, work, pad_id, bucket_lengths(longest))
+    others, skipped = other_candidates(args.others, model, calibration, work)
+    print(f"built the models in {time.perf_counter() - start:.0f} s", file=sys.stderr)
+    result = measure({**models, **others}, task, tokenized, args.raw, args, pad_id)
+    decorate(result, task)
+    print_table(result, task, tag)
+    for name, why in skipped.items():
+        print(f"{name:34} skipped: {why}")
+    shapes_lines(result, tag)
+    checked = targets(result, support, tag)
     if args.json:
-        Path(args.json).write_text(json.dumps({"rows": result, "skipped": skipped, "threads": threads}, indent=2))
-    return 0 if ok else 1
+        Path(args.json).write_text(json.dumps({"cpu": {**cpu, "low_precision": support, "tag": tag}, "versions": found,
+                                               "threads": threads, "models": result, "targets": checked}, indent=2))
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_cli(main)

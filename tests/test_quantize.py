@@ -1,4 +1,6 @@
-"""Static INT8 quantization: the workflow end to end, the artifact, the gate."""
+"""Static INT8 quantization: the workflow end to end (OpenVINO fp32, int8,
+the side-by-side evaluation, deploy/), the artifact, the gate.
+test_runtimes.py tests the decisions on every kind of CPU."""
 
 from __future__ import annotations
 
@@ -11,8 +13,8 @@ import yaml
 
 from conftest import snakemake, write_config
 from test_workflow import tiny_experiment
-from workflow.scripts.infer import evaluate, gate, quantize, runtime, stacks
-from workflow.scripts.common import tasks
+from workflow.scripts.common import hardware, tasks
+from workflow.scripts.infer import gate, quantize, runtime, stacks
 from workflow.scripts.common.errors import UserError
 
 MRPC = tasks.get_task("mrpc")
@@ -36,13 +38,49 @@ def quantized_run(tmp_path_factory, tiny_model_dir):
 def test_workflow_quantizes_and_evaluates_int8(quantized_run):
     work, _, done = quantized_run
     log = done.stdout + done.stderr
-    assert "rule quantize_static" in log and "rule evaluate_int8" in log
+    for rule in ("convert_openvino", "quantize_static", "evaluate_runtimes", "deploy_model"):
+        assert f"rule {rule}" in log, rule
     (run,) = json.loads((work / "results/tiny/summary.json").read_text())["runs"]
-    fp32, int8 = run["eval"]["fp32"], run["eval"]["int8"]
-    keys = {"accuracy", "f1", "samples", "samples_per_second", "latency_ms_p50", "latency_ms_p99"}
-    assert keys <= set(fp32) and keys <= set(int8)
-    assert int8["samples"] == fp32["samples"] == 40
-    assert 0 < int8["latency_ms_p50"] <= int8["latency_ms_p99"]
+    keys = {"accuracy", "f1", "samples", "samples_per_second", "latency_ms_p50", "latency_ms_p99", "runtime",
+            "precision"}
+    for name in ("fp32", "fp32_openvino", "int8"):
+        assert keys <= set(run["eval"][name]), name
+        assert run["eval"][name]["samples"] == 40
+        assert 0 < run["eval"][name]["latency_ms_p50"] <= run["eval"][name]["latency_ms_p99"]
+    int8 = run["eval"]["int8"]
+    assert {"speedup_vs_fp32_same_runtime", "speedup_vs_eager", "recommended", "shapes"} <= set(int8)
+    assert int8["recommended"] is (int8["speedup_vs_fp32_same_runtime"] >= 1.0)
+
+
+def test_summary_says_what_int8_does_on_this_cpu(quantized_run):
+    work = quantized_run[0]
+    (run,) = json.loads((work / "results/tiny/summary.json").read_text())["runs"]
+    env = json.loads((work / "results/tiny/default/environment.json").read_text())
+    support = hardware.low_precision_support(env["isa_flags"])
+    assert env["low_precision"] == support and env["node_reports"][0]["low_precision"] == support
+    q = run["quantization"]
+    assert q["enabled"] is True and q["quantize"] is True
+    assert q["int8_expected_to_pay"] is support["int8_expected_to_pay"]
+    assert ("not expected to be faster here" in q["reason"]) is not support["int8_expected_to_pay"]
+    assert q["min_speedup"] == 1.0 and q["int8_recommended"] is run["eval"]["int8"]["recommended"]
+    if not q["int8_recommended"]:
+        assert "int8 is not faster here" in q["note"] and "the faster artifact is" in q["note"]
+
+
+def test_deploy_holds_the_fastest_model_that_meets_the_gates(quantized_run):
+    work = quantized_run[0]
+    (run,) = json.loads((work / "results/tiny/summary.json").read_text())["runs"]
+    evals = run["eval"]
+    eligible = [n for n, e in evals.items() if e.get("meets_accuracy_gate", True) and e.get("recommended", True)]
+    fastest = max(eligible, key=lambda n: evals[n]["samples_per_second"])
+    meta = json.loads((work / "results/tiny/default/deploy/deploy.json").read_text())
+    assert run["deploy"]["candidate"] == meta["candidate"] == fastest
+    assert meta["samples_per_second"] == evals[fastest]["samples_per_second"]
+    assert run["deploy"]["path"].endswith("results/tiny/default/deploy")
+    from workflow.scripts.infer.deploy import load_deployed
+
+    model, tokenizer = load_deployed(work / "results/tiny/default/deploy")
+    assert model(**tokenizer("a", "b", return_tensors="pt")).logits.shape == (1, 2)
 
 
 def test_artifact_is_verified_and_int8(quantized_run):
@@ -69,19 +107,30 @@ def test_artifact_reloads_and_answers_like_a_model(quantized_run):
     assert quantize.max_abs_diff(a, b) == 0.0
 
 
+def test_nothing_to_do_after_a_quantized_run(quantized_run):
+    work, configfile, _ = quantized_run
+    done = snakemake(work, configfile, "--dry-run")
+    assert "Nothing to be done" in done.stdout + done.stderr, done.stdout[-3000:]
+
+
 def test_gate_setting_does_not_requantize(quantized_run, tmp_path):
     work, configfile, _ = quantized_run
     config = yaml.safe_load(configfile.read_text())
-    config["quantization"]["max_accuracy_drop"] = 50
+    config["quantization"].update(max_accuracy_drop=50, min_speedup=1.5)
     changed = write_config(tmp_path / "gate.yaml", config)
     log = snakemake(work, changed, "--dry-run").stdout
-    assert "evaluate_int8" in log and "quantize_static" not in log and "train_ddp" not in log
+    assert "evaluate_runtimes" in log and "deploy_model" in log
+    assert "quantize_static" not in log and "convert_openvino" not in log and "train_ddp" not in log
+    config["quantization"]["enabled"] = "auto"  # decided again on this CPU, never retrained
+    log = snakemake(work, write_config(tmp_path / "auto.yaml", config), "--dry-run").stdout
+    assert "quantize_static" in log and "train_ddp" not in log and "evaluate_fp32" not in log
 
 
 def test_quantization_off_leaves_int8_null_and_no_rule(tmp_path, tiny_model_dir):
     configfile = tiny_experiment(tmp_path, tiny_model_dir)
     log = snakemake(tmp_path, configfile, "--dry-run").stdout
-    assert "quantize_static" not in log and "evaluate_int8" not in log
+    assert "quantize_static" not in log and "evaluate_runtimes" not in log and "convert_openvino" not in log
+    assert "deploy_model" in log
 
 
 def _nullcontext():
@@ -159,24 +208,6 @@ def test_failed_verification_keeps_no_artifact(learned, tmp_path, monkeypatch):
         quantize.quantize(learned / "model", learned / "tokenized", tmp_path / "int8", "mrpc", 8)
     assert not (tmp_path / "int8").exists()
     assert not list(tmp_path.glob(".int8.*"))
-
-
-def test_evaluate_cli_applies_the_gate(learned, tmp_path):
-    quantize.quantize(learned / "model", learned / "tokenized", tmp_path / "int8", "mrpc", 16)
-    (tmp_path / "eval.json").write_text(json.dumps({"task": "mrpc", "evaluation": {
-        "batch_size": 32, "n_best_size": 20, "max_answer_length": 30, "null_score_diff_threshold": 0.0}}))
-    (tmp_path / "env.json").write_text(json.dumps({"precision": "fp32", "backend": "gloo", "threads_per_process": 1,
-                                                    "nodes": 1, "processes_per_node": 1}))
-    (tmp_path / "fp32.json").write_text(json.dumps({"accuracy": 1.5, "f1": 0.0}))
-    argv = ["--int8", "--config", str(tmp_path / "eval.json"), "--environment", str(tmp_path / "env.json"),
-            "--model", str(tmp_path / "int8"), "--data", str(learned / "tokenized"), "--raw", "unused",
-            "--fp32-metrics", str(tmp_path / "fp32.json"), "--out", str(tmp_path / "int8.json")]
-    with pytest.raises(UserError, match=r"accuracy int8 \d+\.\d\d vs fp32 150\.00"):
-        evaluate.main(argv + ["--max-accuracy-drop", "1"])
-    assert not (tmp_path / "int8.json").exists()
-    evaluate.main(argv + ["--max-accuracy-drop", "100"])
-    result = json.loads((tmp_path / "int8.json").read_text())
-    assert result["accuracy"] >= 0.95 and result["latency_ms_p50"] > 0
 
 
 # ---------------------------------------------------------------- units

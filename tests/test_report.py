@@ -56,12 +56,34 @@ def test_summary_table_has_every_run_and_its_scaling():
     assert second[header.index("int8 f1")] == "—"
 
 
-def test_quantization_table_compares_fp32_and_int8():
-    header, quantized, plain = cells(tables.quantization_table(SUMMARY["runs"]), "cpuddp-quantization")
-    assert quantized[header.index("f1 fp32")] == "0.9" and quantized[header.index("f1 int8")] == "0.88"
-    assert quantized[header.index("f1 Δ")] == "-0.02"
-    assert quantized[header.index("int8 speedup")] == "2.50x"
-    assert plain[0] == "ppn2" and plain[-1] == "no int8 evaluation"
+def test_quantization_table_compares_like_with_like():
+    openvino = {"f1": 0.9, "accuracy": 0.85, "samples": 400, "samples_per_second": 100.0, "precision": "fp32",
+                "shapes": "buckets", "meets_accuracy_gate": True}
+    int8 = {**INT8, "precision": "int8", "shapes": "dynamic", "speedup_vs_fp32_same_runtime": 1.25,
+            "recommended": True, "recommendation": "int8 is 1.25x fp32 OpenVINO, at least min_speedup 1"}
+    quantized = {**entry("q", 1, 100.0, 16.0, 1.0, 1.0, FP32), "deploy": {"candidate": "int8"},
+                 "quantization": {"cpu": "[Xeon; avx512_vnni amx_int8]"}}
+    quantized["eval"] = {"fp32": FP32, "fp32_openvino": openvino, "int8": int8}
+    skipped = {**entry("s", 1, 100.0, 16.0, 1.0, 1.0, FP32), "deploy": {"candidate": "fp32_openvino"},
+               "quantization": {"reason": "quantization.enabled auto: not quantized, no int8 dot-product"}}
+    skipped["eval"] = {"fp32": FP32, "fp32_openvino": openvino, "int8": None}
+    plain = entry("p", 1, 100.0, 16.0, 1.0, 1.0, FP32)  # an old summary: no fp32_openvino key
+    html_text = tables.quantization_table([quantized, skipped, plain])
+    assert "[Xeon; avx512_vnni amx_int8]" in html_text
+    header, *rows = cells(html_text, "cpuddp-quantization")
+    col = {name: header.index(name) for name in header}
+    by = {(r[0], r[1]): r for r in rows}
+    assert len(rows) == 9 and [r[1] for r in rows[:3]] == ["eager PyTorch", "fp32 OpenVINO", "int8 OpenVINO"]
+    q_int8, q_ov = by[("q", "int8 OpenVINO")], by[("q", "fp32 OpenVINO")]
+    assert q_int8[col["f1"]] == "0.88" and q_int8[col["samples/s"]] == "125"
+    assert q_int8[col["× fp32 same runtime"]] == "1.25x" and q_int8[col["× eager fp32"]] == "2.50x"
+    assert q_int8[col["deployed"]] == "deploy/" and q_ov[col["deployed"]] == ""
+    assert q_ov[col["× eager fp32"]] == "2.00x" and q_ov[col["shapes"]] == "buckets"
+    assert q_ov[col["verdict"]] == "accuracy gate met"
+    assert by[("q", "eager PyTorch")][col["verdict"]] == "reference"
+    assert "not quantized" in by[("s", "int8 OpenVINO")][col["verdict"]]
+    assert by[("s", "fp32 OpenVINO")][col["deployed"]] == "deploy/"
+    assert "quantization.enabled false" in by[("p", "fp32 OpenVINO")][col["verdict"]]
 
 
 def test_environment_table_has_a_column_per_run():

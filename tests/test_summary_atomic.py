@@ -14,7 +14,7 @@ DESIGN_FIELDS = {"run", "nodes", "processes_per_node", "world_size", "threads_pe
 EVAL_FP32 = {"accuracy": 0.81, "f1": 0.86, "samples_per_second": 250.0}
 
 
-def fake_run(root, name, *, ppn, seconds, int8=None):
+def fake_run(root, name, *, ppn, seconds, runtimes=None):
     run = root / name
     (run / "model").mkdir(parents=True)
     write_json(run / "environment.json", {
@@ -27,8 +27,9 @@ def fake_run(root, name, *, ppn, seconds, int8=None):
         "train_seconds": seconds, "train_samples_per_second": round(4800 / seconds, 3), "final_loss": 0.25,
         "loss_history": [0.7, 0.25], "ranks": [{"rank": r, "peak_rss_mb": 900.0 + r} for r in range(ppn)]})
     write_json(run / "eval_fp32.json", EVAL_FP32)
-    if int8 is not None:
-        write_json(run / "eval_int8.json", int8)
+    if runtimes is not None:
+        write_json(run / "eval_runtimes.json", runtimes)
+        write_json(run / "deploy" / "deploy.json", {"candidate": runtimes["deploy"]["candidate"]})
     return run
 
 
@@ -45,14 +46,25 @@ def test_run_entry_fields(tmp_path):
     assert entry["train_seconds"] == 60.0
     assert entry["train_samples_per_second"] == 80.0
     assert entry["final_loss"] == 0.25
-    assert entry["eval"] == {"fp32": EVAL_FP32, "int8": None}
+    assert entry["eval"] == {"fp32": EVAL_FP32, "fp32_openvino": None, "int8": None}
+    assert entry["quantization"]["enabled"] is False and entry["deploy"] is None
     assert entry["peak_rss_mb_per_rank"] == [900.0, 901.0]
 
 
-def test_int8_eval_included_when_present(tmp_path):
-    int8 = {"accuracy": 0.8, "f1": 0.85, "samples_per_second": 600.0}
-    entry = summary.run_entry("q", fake_run(tmp_path, "q", ppn=1, seconds=10.0, int8=int8))
-    assert entry["eval"]["int8"] == int8
+def test_side_by_side_evaluation_included_when_present(tmp_path):
+    timed = {"samples_per_second": 100.0, "latency_ms_p50": 9.0, "latency_ms_p99": 12.0}
+    openvino = {"accuracy": 0.81, "f1": 0.86, "samples_per_second": 300.0}
+    int8 = {"accuracy": 0.8, "f1": 0.85, "samples_per_second": 600.0, "recommended": True}
+    runtimes = {"eval": {"fp32": timed, "fp32_openvino": openvino, "int8": int8},
+                "quantization": {"enabled": "auto", "note": "int8 recommended"},
+                "deploy": {"candidate": "int8", "why": "fastest"}}
+    run = fake_run(tmp_path, "q", ppn=1, seconds=10.0, runtimes=runtimes)
+    entry = summary.run_entry("q", run)
+    # eager fp32: evaluate_fp32's metrics, the side-by-side timing
+    assert entry["eval"]["fp32"] == {**EVAL_FP32, **timed}
+    assert entry["eval"]["fp32_openvino"] == openvino and entry["eval"]["int8"] == int8
+    assert entry["quantization"] == runtimes["quantization"]
+    assert entry["deploy"] == {"path": str(run / "deploy"), "candidate": "int8"}
 
 
 def test_missing_fp32_eval_is_an_error(tmp_path):

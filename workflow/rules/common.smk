@@ -65,3 +65,26 @@ def tuned_layout(wildcards):
 
 def dist_of(wildcards):
     return RUNS[wildcards.run]["distributed"]
+
+
+def quantizing(run):
+    """quantization.enabled auto or true: the OpenVINO and INT8 rules are part of the run."""
+    return RUNS[run]["quantization"]["enabled"] is not False
+
+
+def deploy_inputs(wildcards):
+    """What deploy_model chooses from: eval_runtimes.json and every candidate's
+    folder, or without quantization eval_fp32.json and the fine-tuned model."""
+    run_dir = f"{RESULTS}/{wildcards.run}"
+    if not quantizing(wildcards.run):
+        return {"evaluation": f"{run_dir}/eval_fp32.json", "model": f"{run_dir}/model"}
+    folders = ("model", "model_openvino", "model_int8")
+    return {
+        "evaluation": f"{run_dir}/eval_runtimes.json",
+        **{f: f"{run_dir}/{f}" for f in folders},
+    }
+
+
+def runtime_evaluations(wildcards):
+    """The side-by-side evaluations of the runs that quantize (the summary reads them)."""
+    return [f"{RESULTS}/{run}/eval_runtimes.json" for run in RUNS if quantizing(run)]

@@ -1,7 +1,9 @@
 # Inference: evaluation of the fine-tuned model (the task's metrics, samples/s,
-# latency) and the optional static INT8 quantization (quantization.enabled):
-# the artifact is verified by reloading it, and its evaluation holds int8 to
-# fp32 (quantization.max_accuracy_drop). workflow/scripts/infer.
+# latency); with quantization.enabled auto or true, the fp32 model in
+# OpenVINO, the static INT8 model (where quantization.enabled says so for
+# this CPU), both measured beside eager fp32 with the accuracy and speed
+# gates; and always deploy/, the fastest model that meets the gates.
+# workflow/scripts/infer.
 
 
 rule evaluate_fp32:
@@ -23,6 +25,23 @@ rule evaluate_fp32:
         " --model {input.model} --data {input.data} --raw {input.raw} --out {output} 2> {log}"
 
 
+rule convert_openvino:
+    input:
+        cfg="results/{experiment}/{run}/config/convert.json",
+        model="results/{experiment}/{run}/model",
+        data="results/{experiment}/data/tokenized",
+    output:
+        directory("results/{experiment}/{run}/model_openvino"),
+    log:
+        "logs/convert_openvino/{experiment}/{run}.log",
+    conda:
+        "../../envs/cpuddp.yaml"
+    threads: workflow.cores
+    shell:
+        "python -m workflow.scripts.infer.convert --config {input.cfg} --model {input.model}"
+        " --data {input.data} --out {output} 2> {log}"
+
+
 rule quantize_static:
     input:
         cfg="results/{experiment}/{run}/config/quantize.json",
@@ -40,24 +59,47 @@ rule quantize_static:
         " --data {input.data} --out {output} 2> {log}"
 
 
-rule evaluate_int8:
+# Eager fp32, OpenVINO fp32 and OpenVINO int8 timed side by side in one job.
+rule evaluate_runtimes:
     input:
-        cfg="results/{experiment}/{run}/config/evaluate.json",
+        cfg="results/{experiment}/{run}/config/runtimes.json",
         env="results/{experiment}/{run}/environment.json",
-        model="results/{experiment}/{run}/model_int8",
+        model="results/{experiment}/{run}/model",
+        openvino="results/{experiment}/{run}/model_openvino",
+        int8="results/{experiment}/{run}/model_int8",
         data="results/{experiment}/data/tokenized",
         raw="results/{experiment}/data/raw",
         fp32="results/{experiment}/{run}/eval_fp32.json",
     output:
-        "results/{experiment}/{run}/eval_int8.json",
+        "results/{experiment}/{run}/eval_runtimes.json",
     log:
-        "logs/evaluate_int8/{experiment}/{run}.log",
+        "logs/evaluate_runtimes/{experiment}/{run}.log",
     conda:
         "../../envs/cpuddp.yaml"
     threads: workflow.cores
-    params:
-        max_drop=lambda wc: RUNS[wc.run]["quantization"]["max_accuracy_drop"],
     shell:
-        "python -m workflow.scripts.infer.evaluate --int8 --config {input.cfg} --environment {input.env}"
-        " --model {input.model} --data {input.data} --raw {input.raw} --fp32-metrics {input.fp32}"
-        " --max-accuracy-drop {params.max_drop} --out {output} 2> {log}"
+        "python -m workflow.scripts.infer.runtimes --config {input.cfg} --environment {input.env}"
+        " --model {input.model} --openvino {input.openvino} --int8 {input.int8} --data {input.data}"
+        " --raw {input.raw} --fp32-metrics {input.fp32} --out {output} 2> {log}"
+
+
+rule deploy_model:
+    input:
+        unpack(deploy_inputs),
+        cfg="results/{experiment}/{run}/config/evaluate.json",
+    output:
+        directory("results/{experiment}/{run}/deploy"),
+    log:
+        "logs/deploy_model/{experiment}/{run}.log",
+    conda:
+        "../../envs/cpuddp.yaml"
+    params:
+        folders=lambda wc, input: [
+            a
+            for name in ("model", "model_openvino", "model_int8")
+            if name in input.keys()
+            for a in (f"--{name.replace('_', '-')}", input[name])
+        ],
+    shell:
+        "python -m workflow.scripts.infer.deploy --config {input.cfg} --evaluation {input.evaluation}"
+        " {params.folders:q} --out {output} 2> {log}"

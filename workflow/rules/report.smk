@@ -14,12 +14,9 @@ rule report_summary:
         env=expand("{d}/environment.json", d=run_dirs()),
         train=expand("{d}/train_metrics.json", d=run_dirs()),
         fp32=expand("{d}/eval_fp32.json", d=run_dirs()),
-        # The int8 evaluations, once a rule makes them (else int8 is null).
-        int8=lambda wc: (
-            expand("{d}/eval_int8.json", d=run_dirs())
-            if CONFIG["quantization"]["enabled"] and rules.has("evaluate_int8")
-            else []
-        ),
+        # fp32 OpenVINO and int8 beside eager fp32 (else both are null).
+        runtimes=runtime_evaluations,
+        deploy=expand("{d}/deploy", d=run_dirs()),
     output:
         summary=f"{RESULTS}/summary.json",
         # The landing page (workflow.rst) includes it: runs table, charts.

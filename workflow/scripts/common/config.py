@@ -56,7 +56,7 @@ def _describe(error: jsonschema.ValidationError) -> str:
     if error.validator == "required":
         return f"{key}: {error.message}"
     if "enum" in schema:
-        allowed = " ".join(str(v) for v in schema["enum"])
+        allowed = " ".join(str(v).lower() if isinstance(v, bool) else str(v) for v in schema["enum"])
         return f"{key}: {error.instance!r} is not allowed; choose one of: {allowed}"
     if error.validator == "oneOf":
         return f"{key}: {error.instance!r} is not allowed; use a positive integer, 'auto' or 'tuned'"

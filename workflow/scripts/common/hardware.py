@@ -9,6 +9,10 @@ CPUINFO = Path("/proc/cpuinfo")
 # ISA features worth recording for deep-learning speed on Xeons.
 FLAG_PREFIXES = ("avx512", "amx", "avx2", "avx_vnni", "fma")
 NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+# The int8 and bf16 instructions that decide what inference precision pays,
+# and the int8 ones in order of strength: AMX tiles, then VNNI dot products.
+LOW_PRECISION_FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8", "amx_bf16", "avx512_bf16")
+INT8_DOT_PRODUCT = (("amx_int8", "AMX int8 tiles"), ("avx512_vnni", "AVX512-VNNI"), ("avx_vnni", "AVX-VNNI"))
 
 
 def _cpuinfo_blocks(text: str) -> list[dict[str, str]]:
@@ -46,3 +50,33 @@ def usable_cores(summary: dict) -> int:
     allowed = len(os.sched_getaffinity(0))
     per_cpu = summary["logical_cpus"] // max(summary["physical_cores"], 1)
     return max(1, min(summary["physical_cores"], allowed // max(per_cpu, 1)))
+
+
+def low_precision_support(flags) -> dict:
+    """Which int8 / bf16 instructions `flags` have, and what that implies for
+    inference: static INT8 is expected to beat fp32 in the same runtime only
+    with int8 dot products in hardware (VNNI or AMX); without them the
+    runtimes emulate them with ordinary multiply-adds and INT8 is no faster."""
+    flags = set(flags)
+    int8 = next((name for flag, name in INT8_DOT_PRODUCT if flag in flags), None)
+    bf16 = next((f for f in ("amx_bf16", "avx512_bf16") if f in flags), None)
+    if int8:
+        int8_text = f"int8 dot products in hardware ({int8}): static INT8 expected faster than fp32 in the same runtime"
+    else:
+        int8_text = ("no int8 dot-product instructions (no avx512_vnni, avx_vnni or amx_int8): INT8 is emulated "
+                     "and not expected to be faster than fp32 in the same runtime")
+    bf16_text = (f"native bf16 ({bf16}): train.precision auto may pick bf16" if bf16 else
+                 "no native bf16: bf16 would be far slower than fp32, train.precision auto keeps fp32")
+    return {
+        "flags": {f: f in flags for f in LOW_PRECISION_FLAGS},
+        "int8_dot_product": int8,
+        "int8_expected_to_pay": int8 is not None,
+        "native_bf16": bf16,
+        "implies": f"{int8_text}; {bf16_text}",
+    }
+
+
+def cpu_tag(summary: dict) -> str:
+    """The CPU in one bracket, for every measured figure: model and its int8/bf16 flags."""
+    flags = [f for f in LOW_PRECISION_FLAGS if f in summary["isa_flags"]]
+    return f"[{summary['cpu_model']}; {' '.join(flags) or 'no vnni/amx/bf16'}]"

@@ -8,9 +8,9 @@ from __future__ import annotations
 import json
 
 SHARED_STAGES = ("data", "tokenize", "report")  # one per experiment
-RUN_STAGES = ("environment", "train", "evaluate", "quantize")  # one per run of a sweep
-# Not what quantize_static depends on: changing the gate reruns evaluate_int8 only.
-QUANTIZE_EXCLUDED = ("enabled", "max_accuracy_drop")
+RUN_STAGES = ("environment", "train", "evaluate", "convert", "quantize", "runtimes")  # one per run of a sweep
+# The gates are not what quantize_static depends on: changing them reruns evaluate_runtimes only.
+GATES = ("max_accuracy_drop", "min_speedup")
 
 
 def pick(source: dict, *keys: str) -> dict:
@@ -28,8 +28,11 @@ def stage_config(stage: str, config: dict) -> dict:
                                 "train": pick(config["train"], "precision", "ipex")},
         "train": lambda: {**model, "train": config["train"], "distributed": config["distributed"]},
         "evaluate": lambda: {"task": config["task"], "evaluation": config["evaluation"]},
+        "convert": lambda: {"task": config["task"]},
         "quantize": lambda: {"task": config["task"], "quantization": {
-            k: v for k, v in config["quantization"].items() if k not in QUANTIZE_EXCLUDED}},
+            k: v for k, v in config["quantization"].items() if k not in GATES}},
+        "runtimes": lambda: {"task": config["task"], "evaluation": config["evaluation"],
+                             "quantization": pick(config["quantization"], "enabled", *GATES)},
     }
     if stage not in slices:
         raise ValueError(f"unknown stage {stage}")

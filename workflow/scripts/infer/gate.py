@@ -30,3 +30,9 @@ def check_accuracy_gate(task: tasks.Task, fp32: dict, int8: dict, max_drop: floa
         raise UserError(f"INT8 accuracy gate: {'; '.join(failed)}, more than "
                         f"quantization.max_accuracy_drop {max_drop:g} point(s); "
                         "try more quantization.calibration_samples or raise the limit")
+
+
+def within_gate(task: tasks.Task, fp32: dict, other: dict, max_drop: float) -> tuple[bool, dict[str, float]]:
+    """(no metric more than `max_drop` points behind fp32, the drops rounded to 0.01 point)."""
+    drops = accuracy_drops(task, fp32, other)
+    return all(d <= max_drop for d in drops.values()), {k: round(v, 2) for k, v in drops.items()}

@@ -15,6 +15,11 @@ written last, records the stack, versions, calibration and the checks.
 `stack: ipex` quantizes with Intel Extension for PyTorch instead (TorchScript
 artifact), when it is installed with the torch it pairs with.
 
+Whether to quantize at all is decided here, on the CPU that runs the
+inference rules (policy.quantize_decision): quantization.enabled auto
+quantizes only where the CPU has int8 dot-product instructions (VNNI or
+AMX); elsewhere the folder holds just `quantize.json` saying why not.
+
 The stacks themselves (convert, quantize, compile, load) are in stacks.py.
 """
 
@@ -34,7 +39,7 @@ from transformers import AutoTokenizer
 from workflow.scripts.common import hardware, intel, step, tasks, versions
 from workflow.scripts.common.atomic import atomic_dir, write_json
 from workflow.scripts.common.errors import UserError
-from workflow.scripts.infer import stacks
+from workflow.scripts.infer import policy, stacks
 from workflow.scripts.infer.runtime import forward_all, load_for_eval
 from workflow.scripts.train.batching import PAD_KEYS, pad_collate
 
@@ -42,10 +47,6 @@ STACK_PACKAGES = {"openvino": ("openvino", "nncf"), "ipex": (intel.IPEX_PACKAGE,
 STACKS = tuple(STACK_PACKAGES)
 CALIBRATION_SEED = 0
 VERIFY_BATCH_SIZE = 64
-
-
-def output_names(task: tasks.Task) -> tuple[str, ...]:
-    return ("start_logits", "end_logits") if task.is_qa else ("logits",)
 
 
 # ---------------------------------------------------------------- calibration
@@ -111,7 +112,7 @@ def _save_and_reload(stack, quantized, tmp: Path, outputs, inputs, threads):
 # ---------------------------------------------------------------- the step
 
 def quantize(model_dir, tokenized_dir, out_dir, task_name: str, calibration_samples: int,
-             stack: str = "openvino", threads: int | None = None) -> dict:
+             stack: str = "openvino", threads: int | None = None, decision: dict | None = None) -> dict:
     """Quantize, save into `out_dir` atomically, reload, verify; return the metadata."""
     if stack not in STACKS:
         raise UserError(f"quantization.stack: {stack!r} is not one of {', '.join(STACKS)}")
@@ -123,7 +124,7 @@ def quantize(model_dir, tokenized_dir, out_dir, task_name: str, calibration_samp
     tokenized = datasets.load_from_disk(str(tokenized_dir))
     rows = calibration_rows(tokenized["train"], calibration_samples)
     calibration = calibration_batches(rows, tokenizer.pad_token_id)
-    outputs, inputs = output_names(task), tuple(calibration[0])
+    outputs, inputs = stacks.output_names(task), tuple(calibration[0])
     start = time.perf_counter()
     quantized = (stacks.quantize_ipex(model, calibration) if stack == "ipex"
                  else stacks.quantize_openvino(model, calibration, outputs))
@@ -145,10 +146,20 @@ def quantize(model_dir, tokenized_dir, out_dir, task_name: str, calibration_samp
             "inputs": list(inputs),
             "outputs": list(outputs),
             "quantize_seconds": round(seconds, 3),
+            "quantized": True,
+            "decision": decision,
             **facts,
             "verification": check,
         }
         write_json(tmp / stacks.META_FILE, meta)  # last: its presence marks a finished artifact
+    return meta
+
+
+def skip(out_dir, decision: dict) -> dict:
+    """The folder of a run that is not quantized: only quantize.json, saying why."""
+    meta = {"quantized": False, "decision": decision}
+    with atomic_dir(out_dir) as tmp:
+        write_json(tmp / stacks.META_FILE, meta)
     return meta
 
 
@@ -160,8 +171,15 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     config = step.read_config(args)
     settings = config["quantization"]
+    cpu = hardware.cpu_summary()
+    decision = {**policy.quantize_decision(settings["enabled"], hardware.low_precision_support(cpu["isa_flags"])),
+                "cpu": hardware.cpu_tag(cpu)}
+    print(f"quantize: {decision['reason']} {decision['cpu']}", file=sys.stderr)
+    if not decision["quantize"]:
+        skip(args.out, decision)
+        return
     meta = quantize(args.model, args.data, args.out, config["task"], settings["calibration_samples"],
-                    settings.get("stack", "openvino"))
+                    settings.get("stack", "openvino"), decision=decision)
     print("quantize: " + json.dumps(meta), file=sys.stderr)
 
 

@@ -1,13 +1,16 @@
-"""Inference runtime: load a model to run, run it over a split, time batch 1.
+"""Inference runtime: load a model to run, run it over a split, score it, time batch 1.
 
 `load_for_eval` gives the fine-tuned fp32 model (save_pretrained folder) or,
-with int8, the OpenVINO IR / TorchScript artifact of quantize.py; both are
-called alike, `model(**batch)` returning `.logits` (or `.start_logits` and
-`.end_logits` for QA), so `forward_all` and `latency_ms` take either.
+with int8, the OpenVINO IR / TorchScript artifact of quantize.py;
+`load_eager` the fp32 model as evaluate_fp32 runs it (IPEX, autocast). All
+are called alike, `model(**batch)` returning `.logits` (or `.start_logits`
+and `.end_logits` for QA), so `forward_all`, `score` and `latency_ms` take
+any of them.
 """
 
 from __future__ import annotations
 
+import sys
 import time
 
 import datasets
@@ -15,7 +18,9 @@ import numpy as np
 import torch
 import transformers
 
-from workflow.scripts.common import tasks
+from workflow.scripts.common import intel, tasks
+from workflow.scripts.common.modeling import autocast_for
+from workflow.scripts.infer import metrics, qa
 from workflow.scripts.infer.stacks import load_quantized
 from workflow.scripts.train.batching import PAD_KEYS, pad_collate
 
@@ -33,6 +38,16 @@ def load_for_eval(model_dir: str, task: tasks.Task, int8: bool = False):
     auto = (transformers.AutoModelForQuestionAnswering if task.is_qa
             else transformers.AutoModelForSequenceClassification)
     return auto.from_pretrained(model_dir).eval()
+
+
+def load_eager(model_dir: str, task: tasks.Task, precision: str, ipex: bool = False):
+    """(model, autocast) of the fine-tuned model in eager PyTorch, as the run's decisions say."""
+    model = load_for_eval(model_dir, task)
+    if ipex:
+        model = intel.optimize_inference(model, intel.torch_dtype(precision))
+        print(f"IPEX optimized the model for inference ({precision}): "
+              f"{intel.ipex_modules(model)} modules replaced", file=sys.stderr)
+    return model, autocast_for(precision)
 
 
 def model_inputs(split):
@@ -84,3 +99,40 @@ def latency_ms(model, split, pad_id: int, autocast, rows: int = LATENCY_ROWS) ->
             times.append(1000.0 * (time.perf_counter() - start))
     p50, p99 = np.percentile(times, [50, 99])
     return {"latency_ms_p50": round(float(p50), 3), "latency_ms_p99": round(float(p99), 3)}
+
+
+def _classification(task, model, split, batch_size, pad_id, autocast, suffix):
+    logits, seconds = forward_all(model, split, batch_size, pad_id, autocast)
+    logits = np.stack(logits)
+    predictions = logits[:, 0] if task.is_regression else logits.argmax(-1)
+    result = metrics.glue_metrics(task.name, predictions, np.array(split["labels"]))
+    return {f"{k}{suffix}": v for k, v in result.items()}, len(split), seconds
+
+
+def _question_answering(task, model, features, examples, batch_size, pad_id, autocast, settings):
+    outputs, seconds = forward_all(model, features, batch_size, pad_id, autocast)
+    predictions, _ = qa.postprocess_predictions(
+        examples, features, [o[0] for o in outputs], [o[1] for o in outputs],
+        version_2=task.name == "squad_v2",
+        n_best_size=settings["n_best_size"], max_answer_length=settings["max_answer_length"],
+        null_score_diff_threshold=settings["null_score_diff_threshold"])
+    references = [{"id": e["id"], "answers": e["answers"]} for e in examples]
+    result = metrics.squad_metrics(predictions, references, version_2=task.name == "squad_v2")
+    return result, len(examples), seconds, predictions
+
+
+def score(task: tasks.Task, model, tokenized, raw_dir, settings: dict, pad_id: int, autocast):
+    """(metrics, samples, seconds, QA predictions or None) over every validation split:
+    the task's metrics (mnli's mismatched with suffix _mm), at evaluation.batch_size."""
+    result, samples, seconds, predictions = {}, 0, 0.0, None
+    for i, split in enumerate(task.validation_splits):
+        if task.is_qa:
+            examples = datasets.load_from_disk(str(raw_dir))[split]
+            part, n, s, predictions = _question_answering(task, model, tokenized[split], examples,
+                                                          settings["batch_size"], pad_id, autocast, settings)
+        else:
+            part, n, s = _classification(task, model, tokenized[split], settings["batch_size"], pad_id,
+                                         autocast, "_mm" if i else "")
+        result.update(part)
+        samples, seconds = samples + n, seconds + s
+    return result, samples, seconds, predictions

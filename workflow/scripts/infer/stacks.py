@@ -1,9 +1,10 @@
 """The two INT8 stacks: OpenVINO + NNCF (IR artifact) and IPEX (TorchScript).
 
 Conversion, quantization and compilation per stack, the check that the CPU
-plugin runs every Linear layer in INT8, and `QuantizedModel`, which makes
-either artifact callable like a Hugging Face model. `load_quantized` reads
-an artifact written by quantize.py back from disk.
+plugin runs every Linear layer in INT8, and `CallableModel`, which makes
+any artifact (fp32 or int8 IR, TorchScript) callable like a Hugging Face
+model. `load_quantized` reads an artifact written by quantize.py back from
+disk, `load_ir` any OpenVINO IR folder (dynamic or bucketed shapes).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import torch
 from workflow.scripts.common import hardware, intel
 from workflow.scripts.common.atomic import read_json
 from workflow.scripts.common.errors import UserError
+from workflow.scripts.infer.shapes import BucketedRunner
 
 IR_FILE = "openvino_model.xml"
 TORCHSCRIPT_FILE = "model_int8.pt"
@@ -25,8 +27,13 @@ LINEAR_LAYER_TYPES = ("FullyConnected",)
 INT8_PRECISIONS = ("u8", "i8")
 
 
-class QuantizedModel:
-    """An INT8 artifact called like a HF model: model(**batch).logits
+def output_names(task) -> tuple[str, ...]:
+    """The outputs of a task's model (tasks.Task): logits, or the two QA logits."""
+    return ("start_logits", "end_logits") if task.is_qa else ("logits",)
+
+
+class CallableModel:
+    """An artifact called like a HF model: model(**batch).logits
     (or .start_logits / .end_logits for QA), torch tensors in and out."""
 
     def __init__(self, run, outputs: tuple[str, ...], inputs: tuple[str, ...]):
@@ -133,9 +140,9 @@ def _openvino_runner(compiled, outputs):
     return run
 
 
-def wrap_openvino(compiled, outputs) -> QuantizedModel:
+def wrap_openvino(compiled, outputs) -> CallableModel:
     inputs = tuple(port.get_any_name() for port in compiled.inputs)
-    return QuantizedModel(_openvino_runner(compiled, outputs), tuple(outputs), inputs)
+    return CallableModel(_openvino_runner(compiled, outputs), tuple(outputs), inputs)
 
 
 # ---------------------------------------------------------------- IPEX
@@ -167,24 +174,50 @@ def quantize_ipex(model, calibration: list[dict]):
         return torch.jit.freeze(traced)
 
 
-def wrap_torchscript(module, outputs, inputs) -> QuantizedModel:
+def wrap_torchscript(module, outputs, inputs) -> CallableModel:
     def run(feed: dict) -> dict:
         with torch.no_grad():
             result = module(**feed)
         return dict(zip(outputs, result if isinstance(result, (tuple, list)) else (result,)))
-    return QuantizedModel(run, tuple(outputs), tuple(inputs))
+    return CallableModel(run, tuple(outputs), tuple(inputs))
 
 
 # ---------------------------------------------------------------- artifact
 
-def load_quantized(model_dir, threads: int | None = None) -> QuantizedModel:
+def read_meta(model_dir, meta_file: str = META_FILE, rule: str = "quantize_static",
+              what: str = "INT8 artifact") -> dict:
+    """The metadata file an artifact step writes last (its presence marks a finished artifact)."""
+    path = Path(model_dir) / meta_file
+    if not path.is_file():
+        raise UserError(f"{model_dir} is not a finished {what} (no {meta_file}); rerun {rule}")
+    return read_json(path)
+
+
+def is_quantized(model_dir) -> bool:
+    """False for the folder quantize_static leaves where it decided not to quantize."""
+    return bool(read_meta(model_dir).get("quantized", True))
+
+
+def load_ir(model_dir, outputs, shapes: str = "dynamic", buckets=None, pad_id: int = 0,
+            threads: int | None = None) -> CallableModel:
+    """An OpenVINO IR folder ready to call, with dynamic or bucketed shapes (shapes.py)."""
+    import openvino as ov
+
+    ov_model = ov.Core().read_model(Path(model_dir) / IR_FILE)
+    if shapes == "dynamic":
+        return wrap_openvino(compile_openvino(ov_model, threads), outputs)
+    runner = BucketedRunner(ov_model, outputs, buckets, pad_id, lambda m: compile_openvino(m, threads))
+    return CallableModel(runner, tuple(outputs), runner.inputs)
+
+
+def load_quantized(model_dir, threads: int | None = None, shapes: str = "dynamic", buckets=None,
+                   pad_id: int = 0) -> CallableModel:
     """The saved INT8 model of `model_dir` (made by quantize.py), ready to call."""
-    model_dir = Path(model_dir)
-    if not (model_dir / META_FILE).is_file():
-        raise UserError(f"{model_dir} is not a finished INT8 artifact (no {META_FILE}); rerun quantize_static")
-    meta = read_json(model_dir / META_FILE)
+    meta = read_meta(model_dir)
+    if not meta.get("quantized", True):
+        raise UserError(f"{model_dir} holds no INT8 model: {meta['decision']['reason']}")
     if meta["stack"] == "ipex":
         _require_ipex()
-        module = torch.jit.load(str(model_dir / TORCHSCRIPT_FILE))
+        module = torch.jit.load(str(Path(model_dir) / TORCHSCRIPT_FILE))
         return wrap_torchscript(module, meta["outputs"], meta["inputs"])
-    return wrap_openvino(read_openvino(model_dir / IR_FILE, threads), meta["outputs"])
+    return load_ir(model_dir, meta["outputs"], shapes, buckets, pad_id, threads)

@@ -78,7 +78,8 @@ def main(argv=None) -> None:
     info = check(config, config["distributed"].get("check_timeout_seconds", 120))
     for node in info["node_reports"]:
         print(f"node {node['node']} ({node['host']}): torch {node['versions']['torch']}, revision "
-              f"{node['revision']}, {node['physical_cores']} cores", file=sys.stderr)
+              f"{node['revision']}, {node['physical_cores']} cores; {node['low_precision']['implies']}",
+              file=sys.stderr)
     print(f"backend {info['backend']} ({info['backend_reason']}); precision {info['precision']} "
           f"({info['precision_reason']}); {info['threads_per_process']} threads per process; "
           f"launcher {info['mpi']['flavour']} {info['mpi']['version']}", file=sys.stderr)

@@ -1,5 +1,6 @@
-"""One node's description and decisions: versions, CPU and ISA, and the
-backend, precision, IPEX and threads a run uses there. Refuses (one line)
+"""One node's description and decisions: versions, CPU and ISA (with its
+int8 / bf16 support and what that implies), and the backend, precision,
+IPEX and threads a run uses there. Refuses (one line)
 when the requested backend or precision cannot run on this node.
 """
 
@@ -113,6 +114,8 @@ def describe(config: dict, launcher: bool = True) -> dict:
         "host": platform.node(),
         **cpu,
         "native_bf16_flags": hardware.has_native_bf16(cpu["isa_flags"]),
+        # int8 dot-product and bf16 instructions, and what they imply for inference
+        "low_precision": hardware.low_precision_support(cpu["isa_flags"]),
         "matmul": speed,
         "backend": backend,
         "backend_reason": backend_why,
@@ -149,7 +152,7 @@ def revision(root: Path = ROOT) -> str:
 
 def node_summary(name: str, report: dict) -> dict:
     keys = ("host", "versions", "revision", "cpu_model", "sockets", "physical_cores", "logical_cpus",
-            "threads_per_process", "gloo_ifname", "python_executable")
+            "isa_flags", "low_precision", "threads_per_process", "gloo_ifname", "python_executable")
     return {"node": name, **{k: report.get(k) for k in keys}}
 
 

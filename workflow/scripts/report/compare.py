@@ -22,7 +22,8 @@ import yaml
 from workflow.scripts.common import config as cfg
 from workflow.scripts.common.atomic import read_json
 from workflow.scripts.common.errors import UserError, run_cli
-from workflow.scripts.report.numbers import figure, ratio
+from workflow.scripts.infer.policy import CANDIDATES as EVALUATIONS
+from workflow.scripts.report.numbers import figure, is_number, ratio
 from workflow.scripts.report.runs import published_figures
 
 EXPERIMENTS = Path("experiments")
@@ -113,7 +114,8 @@ def field_keys(sides: list[Side]) -> list[tuple[str, str]]:
 
 def _run_keys(side: Side, run: str) -> list[str]:
     """A run's eval metrics (as dotted paths), then its published keys."""
-    metrics = [f"eval.{p}.{m}" for p in ("fp32", "int8") for m in (value_at(side.entry(run), f"eval.{p}") or {})]
+    metrics = [f"eval.{p}.{m}" for p in EVALUATIONS for m, v in (value_at(side.entry(run), f"eval.{p}") or {}).items()
+               if is_number(v)]
     return metrics + list(side.figures().get(run, {}))
 
 

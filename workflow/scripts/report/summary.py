@@ -7,18 +7,40 @@ from pathlib import Path
 
 from workflow.scripts.common.atomic import read_json, write_json
 from workflow.scripts.common.errors import run_cli
-from workflow.scripts.report.runs import ENVIRONMENT, read_environment, read_train_metrics
+from workflow.scripts.infer.policy import CANDIDATES
+from workflow.scripts.report.runs import DEPLOY_FILE, ENVIRONMENT, RUNTIMES, read_environment, read_train_metrics
 
 
 def _optional(path: Path):
-    """A JSON file that a run may lack (eval_int8.json without quantization)."""
+    """A JSON file that a run may lack (eval_runtimes.json without quantization)."""
     return read_json(path) if path.is_file() else None
+
+
+def evaluations(run_dir: Path) -> tuple[dict, dict]:
+    """(eval, quantization) of a run. With the side-by-side evaluation, its
+    numbers for all three models (eager fp32's metrics stay evaluate_fp32's);
+    without it, eval_fp32.json, and fp32_openvino and int8 null."""
+    fp32 = read_json(run_dir / "eval_fp32.json")
+    runtimes = _optional(run_dir / RUNTIMES)
+    if runtimes is None:
+        return ({"fp32": fp32, "fp32_openvino": None, "int8": None},
+                {"enabled": False, "quantize": False, "reason": "quantization.enabled false"})
+    evals = {name: runtimes["eval"].get(name) for name in CANDIDATES}
+    evals["fp32"] = {**fp32, **(evals["fp32"] or {})}
+    return evals, runtimes["quantization"]
+
+
+def deployment(run_dir: Path) -> dict | None:
+    """The deployed model: its folder and deploy.json (None before deploy_model ran)."""
+    meta = _optional(run_dir / "deploy" / DEPLOY_FILE)
+    return None if meta is None else {"path": str(run_dir / "deploy"), **meta}
 
 
 def run_entry(name: str, run_dir: Path) -> dict:
     """The summary.json entry of one run folder (fields: DESIGN.md)."""
     env = read_environment(run_dir)
     train = read_train_metrics(run_dir)
+    evals, quantization = evaluations(run_dir)
     return {
         "run": name,
         "nodes": env["nodes"],
@@ -39,10 +61,9 @@ def run_entry(name: str, run_dir: Path) -> dict:
         "allreduce_wait_share": train.get("allreduce_wait_share"),
         "resumed_from_step": train.get("resumed_from_step"),
         "tries": _optional(run_dir / "tries.json"),
-        "eval": {
-            "fp32": read_json(run_dir / "eval_fp32.json"),
-            "int8": _optional(run_dir / "eval_int8.json"),
-        },
+        "eval": evals,
+        "quantization": quantization,
+        "deploy": deployment(run_dir),
         "model": str(run_dir / "model"),
         "environment": str(run_dir / ENVIRONMENT),
     }

@@ -1,4 +1,5 @@
-"""The report's HTML tables: every run, fp32 against int8, and each run's
+"""The report's HTML tables: every run, the three inference models of each
+run side by side (eager fp32, OpenVINO fp32 and int8), and each run's
 environment.
 
 Tables are fragments with inline styles, so that they read the same in the
@@ -10,10 +11,12 @@ from __future__ import annotations
 import datetime
 import html
 
-from workflow.scripts.report.numbers import figure, percent, ratio
+from workflow.scripts.infer.policy import CANDIDATES, LABELS
+from workflow.scripts.report.numbers import figure, is_number, percent, ratio
 
-# Eval fields that are not task metrics (the quantization table shows the throughput on its own).
-NOT_METRICS = ("samples", "samples_per_second")
+# Numeric eval fields that are not task metrics (the quantization table shows speed on its own).
+NOT_METRICS = ("samples", "samples_per_second", "latency_ms_p50", "latency_ms_p99", "speedup_vs_eager",
+               "speedup_vs_fp32_same_runtime")
 CELL = "border:1px solid #cbd5e1;padding:3px 8px;text-align:right;white-space:nowrap"
 HEAD = CELL + ";background:#f1f5f9;text-align:center"
 TABLE = "border-collapse:collapse;font:13px/1.4 system-ui,sans-serif;margin:4px 0 12px 0"
@@ -44,7 +47,8 @@ def _cell_style(text: str) -> str:
 
 def metric_names(entries: list[dict], precision: str) -> list[str]:
     """Task metric names present in any run's eval of that precision, in order."""
-    found = dict.fromkeys(key for entry in entries for key in entry["eval"].get(precision) or {})
+    found = dict.fromkeys(key for entry in entries for key, value in (entry["eval"].get(precision) or {}).items()
+                          if is_number(value))
     return [key for key in found if key not in NOT_METRICS]
 
 
@@ -71,25 +75,52 @@ def summary_table(summary: dict) -> str:
 
 
 def quantization_table(entries: list[dict]) -> str:
-    """fp32 against int8 per run: every metric, throughput and its ratio."""
+    """Per run, the three models measured side by side: metrics, samples/s,
+    batch-1 latency, int8 over fp32 in the same runtime and over eager fp32,
+    the gates' verdict and which one deploy/ holds."""
     names = metric_names(entries, "fp32")
-    header = ["run"] + [f"{m} {p}" for m in names for p in ("fp32", "int8", "Δ")]
-    header += ["fp32 samples/s", "int8 samples/s", "int8 speedup"]
-    rows = []
-    for e in entries:
-        fp32, int8 = e["eval"]["fp32"] or {}, e["eval"]["int8"]
-        if int8 is None:
-            rows.append([e["run"]] + ["—"] * (len(header) - 2) + ["no int8 evaluation"])
-            continue
-        row = [e["run"]]
-        for m in names:
-            a, b = fp32.get(m), int8.get(m)
-            row += [figure(a), figure(b), figure(b - a) if a is not None and b is not None else "—"]
-        a, b = fp32.get("samples_per_second"), int8.get("samples_per_second")
-        # A zero int8 throughput is no measurement: '—', not '0.00x'.
-        row += [figure(a), figure(b), ratio(a, b, missing="—") if b else "—"]
-        rows.append(row)
-    return html_table("cpuddp-quantization", header, rows, "Static INT8 quantization against fp32 (evaluation)")
+    header = ["run", "model", "precision", "shapes", *names, "samples/s", "p50 ms", "p99 ms",
+              "× fp32 same runtime", "× eager fp32", "verdict", "deployed"]
+    rows = [candidate_row(e, name, names) for e in entries for name in CANDIDATES]
+    cpus = dict.fromkeys(c for e in entries for c in [_cpu(e)] if c)
+    caption = "fp32 eager, fp32 OpenVINO and int8 OpenVINO, timed side by side on the same rows"
+    return html_table("cpuddp-quantization", header, rows, caption + (f" {' '.join(cpus)}" if cpus else ""))
+
+
+def _cpu(entry: dict) -> str | None:
+    return (entry.get("quantization") or {}).get("cpu") or (entry["eval"].get("fp32") or {}).get("cpu")
+
+
+def candidate_row(entry: dict, name: str, names: list[str]) -> list[str]:
+    """One model of one run; a model that was not evaluated says why."""
+    evals = entry["eval"]
+    ev, eager = evals.get(name), evals.get("fp32") or {}
+    deployed = "deploy/" if (entry.get("deploy") or {}).get("candidate") == name else ""
+    if ev is None:
+        why = ((entry.get("quantization") or {}).get("reason") if name == "int8" else None) or \
+            "not evaluated (quantization.enabled false)"
+        return [entry["run"], LABELS[name]] + ["—"] * (len(names) + 7) + [why, deployed]
+    same = ev.get("speedup_vs_fp32_same_runtime")
+    if name == "int8" and same is None:
+        same_runtime = evals.get("fp32_openvino") or {}
+        same = ratio(same_runtime.get("samples_per_second"), ev.get("samples_per_second"), missing="—")
+    return [entry["run"], LABELS[name], figure(ev.get("precision")), figure(ev.get("shapes")),
+            *[figure(ev.get(m)) for m in names], figure(ev.get("samples_per_second")),
+            figure(ev.get("latency_ms_p50")), figure(ev.get("latency_ms_p99")),
+            f"{same:.2f}x" if is_number(same) else (same or "—"),
+            ratio(eager.get("samples_per_second"), ev.get("samples_per_second"), missing="—")
+            if ev.get("samples_per_second") else "—",
+            _verdict(name, ev), deployed]
+
+
+def _verdict(name: str, ev: dict) -> str:
+    if name == "fp32":
+        return "reference"
+    if name == "int8" and "recommendation" in ev:
+        return ev["recommendation"]
+    if ev.get("meets_accuracy_gate") is False:
+        return f"outside the accuracy gate {ev.get('accuracy_drop_points')}"
+    return "accuracy gate met" if "meets_accuracy_gate" in ev else "—"
 
 
 ENV_ROWS = (
@@ -98,6 +129,7 @@ ENV_ROWS = (
     ("sockets x physical cores", lambda e: f"{e.get('sockets')} x {e.get('physical_cores')}"
                                            f" ({e.get('logical_cpus')} logical)"),
     ("native bf16", lambda e: e.get("native_bf16_flags")),
+    ("int8 / bf16 support", lambda e: (e.get("low_precision") or {}).get("implies")),
     ("ISA flags", lambda e: " ".join(e.get("isa_flags") or [])),
     ("MPI", lambda e: f"{e['mpi'].get('flavour')} {e['mpi'].get('version')}" if e.get("mpi") else None),
     ("backend", lambda e: f"{e.get('backend')} ({e.get('backend_reason')})"),

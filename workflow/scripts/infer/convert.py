@@ -1,0 +1,72 @@
+"""fp32 OpenVINO step (convert_openvino): the fine-tuned model as OpenVINO IR.
+
+The same conversion quantize.py starts from (stacks.to_openvino, dynamic
+batch and length), saved without compression as `openvino_model.xml/.bin`
+beside the tokenizer and config.json, so that evaluate_runtimes compares
+int8 with fp32 in the same runtime, and so that fp32 OpenVINO can be the
+deployed model where it is the fastest. `convert.json`, written last,
+records the versions and inputs.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import datasets
+from transformers import AutoTokenizer
+
+from workflow.scripts.common import step, tasks, versions
+from workflow.scripts.common.atomic import atomic_dir, write_json
+from workflow.scripts.infer import stacks
+from workflow.scripts.infer.runtime import load_for_eval, model_inputs
+from workflow.scripts.train.batching import pad_collate
+
+META_FILE = "convert.json"
+
+
+def convert(model_dir, tokenized_dir, out_dir, task_name: str) -> dict:
+    """Convert, save into `out_dir` atomically; return the metadata."""
+    task = tasks.get_task(task_name)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = load_for_eval(str(model_dir), task)
+    train = datasets.load_from_disk(str(tokenized_dir))["train"]
+    example = pad_collate(tokenizer.pad_token_id)([model_inputs(train)[0]])
+    outputs = stacks.output_names(task)
+    converted = stacks.to_openvino(model, example, outputs)
+    with atomic_dir(out_dir) as tmp:
+        tokenizer.save_pretrained(tmp)
+        model.config.save_pretrained(tmp)
+        stacks.save_openvino(converted, tmp / stacks.IR_FILE)
+        meta = {
+            "stack": "openvino",
+            "precision": "fp32",
+            "format": "OpenVINO IR",
+            "versions": versions.installed("torch", "transformers", "openvino"),
+            "task": task.name,
+            "source_model": str(model_dir),
+            "inputs": list(example),
+            "outputs": list(outputs),
+        }
+        write_json(tmp / META_FILE, meta)  # last: its presence marks a finished artifact
+    return meta
+
+
+def load_converted(model_dir, shapes: str = "dynamic", buckets=None, pad_id: int = 0, threads: int | None = None):
+    """The fp32 IR of `model_dir` (made by this step), ready to call."""
+    meta = stacks.read_meta(model_dir, META_FILE, "convert_openvino", "OpenVINO fp32 model")
+    return stacks.load_ir(model_dir, meta["outputs"], shapes, buckets, pad_id, threads)
+
+
+def main(argv=None) -> None:
+    parser = step.parser(__doc__.splitlines()[0])
+    parser.add_argument("--model", required=True, help="fine-tuned save_pretrained folder")
+    parser.add_argument("--data", required=True, help="tokenized DatasetDict folder (an example input)")
+    parser.add_argument("--out", required=True, help="OpenVINO IR folder to write")
+    args = parser.parse_args(argv)
+    meta = convert(args.model, args.data, args.out, step.read_config(args)["task"])
+    print("convert: " + json.dumps(meta), file=sys.stderr)
+
+
+if __name__ == "__main__":
+    step.entry(main)
