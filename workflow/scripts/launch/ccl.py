@@ -13,12 +13,18 @@ The transport follows the launcher: oneCCL's OFI transport (libfabric, TCP
 between nodes) works under any launcher, Intel MPI's mpirun, MPICH's and Open
 MPI's, and Slurm's srun alike; its MPI transport needs Intel MPI's library
 started by Intel MPI's own mpirun (without it, it aborts and both ranks
-hang), so it is never chosen here. distributed.env overrides any of these.
+hang), so it is never chosen here. Every launcher gives a rank its place on
+its node differently, so oneCCL is told it directly (CCL_PROCESS_LAUNCHER=none
+with CCL_LOCAL_RANK / CCL_LOCAL_SIZE, set by each rank: local_variables), as
+the bindings themselves do outside mpirun. distributed.env overrides any of
+these.
 """
 
 from __future__ import annotations
 
-from workflow.scripts.common import intel
+import os
+
+from workflow.scripts.common import oneccl
 
 ONE_NODE_IFACE = "lo"
 # Measured: the worker thread competes with the ranks' compute threads for
@@ -36,7 +42,7 @@ def run_interface(info: dict) -> str | None:
 
 def settings(info: dict) -> dict[str, str]:
     """oneCCL's tuning variables for this run's layout and launcher."""
-    env = {"CCL_ATL_TRANSPORT": "ofi", **WORKER}
+    env = {"CCL_ATL_TRANSPORT": "ofi", "CCL_PROCESS_LAUNCHER": "none", **WORKER}
     if int(info.get("processes_per_node", 1)) > 1:
         env["CCL_ATL_SHM"] = "1"  # ranks of a node exchange through shared memory
     iface = run_interface(info)
@@ -52,7 +58,7 @@ def rank_variables(info: dict) -> dict[str, str]:
     exports, then the tuning; empty for other backends."""
     if info.get("backend") != "ccl":
         return {}
-    return {**intel.ccl_environment(), **settings(info)}
+    return {**oneccl.ccl_environment(), **settings(info)}
 
 
 def launcher_variables(info: dict, user_env: dict) -> dict[str, str]:
@@ -70,5 +76,15 @@ def record(info: dict, user_env: dict) -> dict:
     if info.get("backend") != "ccl":
         return {}
     tuned = settings(info)
-    return {"ccl_env": {**intel.ccl_environment(), **tuned},
+    return {"ccl_env": {**oneccl.ccl_environment(), **tuned},
             "ccl_env_overridden": sorted(k for k in user_env if k in tuned or k.startswith(("CCL_", "FI_")))}
+
+
+def local_variables(local_rank: int, local_size: int, environ=None) -> dict[str, str]:
+    """Set by each ccl rank before oneCCL starts: its place on its node, from
+    whichever launcher started it (unless distributed.env chose another
+    CCL_PROCESS_LAUNCHER)."""
+    environ = os.environ if environ is None else environ
+    if environ.get("CCL_PROCESS_LAUNCHER", "none") != "none":
+        return {}
+    return {"CCL_PROCESS_LAUNCHER": "none", "CCL_LOCAL_RANK": str(local_rank), "CCL_LOCAL_SIZE": str(local_size)}
