@@ -167,7 +167,7 @@ def build(args) -> dict:
         "wheel": wheel.name, "wheel_sha256": sha256(wheel), "torch_cuda_build": cuda,
         "cmake_project_include": str(CMAKE_INCLUDE) if cuda else None,
         "compiler": tool_version("c++"), "cmake": tool_version("cmake"),
-        "built_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "built_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "build_seconds": round(time.time() - started, 1), **installed_record(venv, python),
     }
     text = json.dumps(record, indent=2) + "\n"
