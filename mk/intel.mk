@@ -38,7 +38,7 @@ CCL_STAMP := $(INTEL_VENV)/.ccl-built-$(CCL_HASH)
 INTEL_LOCK := $(INTEL_VENV).lock
 INTEL_LOG := $(INTEL_VENV).log
 
-.PHONY: intel-venv intel-venv-background test-intel test-intel-optional
+.PHONY: intel-venv intel-venv-background test-intel test-intel-optional bench-comm
 
 intel-venv: $(CCL_STAMP)
 
@@ -61,9 +61,19 @@ $(CCL_STAMP): $(INTEL_STAMP)
 	$(CCL_BUILD) --venv $(INTEL_VENV)
 	touch $@
 
+# The ccl tests run on the compiled bindings; test_multinode's ccl run needs
+# root (network namespaces) and says so when skipped.
 test-intel: intel-venv
 	CPUDDP_INTEL_STACK=1 PATH=$(INTEL_BIN):$$PATH $(INTEL_BIN)/python -m pytest -q \
-		tests/test_intel.py tests/test_intel_stack.py tests/test_teardown.py
+		tests/test_intel.py tests/test_intel_stack.py tests/test_teardown.py \
+		tests/test_multinode.py::test_ccl_training_across_hosts
+
+# gloo against ccl: all-reduce of MiniLM's gradient buckets and training
+# samples/s, 2 ranks on this node and (as root) across two namespace hosts.
+# Run it on a quiet machine; BENCH_ARGS="--out comm.json --runs 3" etc.
+BENCH_ARGS ?= --hosts
+bench-comm: intel-venv
+	PATH=$(INTEL_BIN):$$PATH HF_HUB_OFFLINE=1 $(INTEL_BIN)/python -m bench.comm_bench $(BENCH_ARGS)
 
 # `make test` starts building the Intel env (5-6 min, mostly download and
 # unpacking) while the main suite runs; flock lets one build run at a time,
