@@ -19,8 +19,8 @@ INTEL_CUDA_LIBS := nvidia-cublas-cu12==12.8.4.1 nvidia-cuda-cupti-cu12==12.8.90 
 	nvidia-cusparselt-cu12==0.7.1 nvidia-nccl-cu12==2.27.3 nvidia-nvjitlink-cu12==12.8.93
 
 # The stamp is named by the content that defines the env, not by file times:
-# a fresh clone reuses the cache, a changed pin rebuilds it.
-INTEL_HASH := $(shell { cat $(INTEL_REQ); echo $(INTEL_CUDA_LIBS); } | sha256sum | cut -c1-16)
+# a fresh clone reuses the cache, a changed pin rebuilds it (comments do not).
+INTEL_HASH := $(shell { grep -v "^\#" $(INTEL_REQ); echo $(INTEL_CUDA_LIBS); } | sha256sum | cut -c1-16)
 INTEL_STAMP := $(INTEL_VENV)/.built-$(INTEL_HASH)
 
 # oneCCL Bindings for PyTorch have no release for torch 2.8: built from the
@@ -38,7 +38,7 @@ CCL_STAMP := $(INTEL_VENV)/.ccl-built-$(CCL_HASH)
 INTEL_LOCK := $(INTEL_VENV).lock
 INTEL_LOG := $(INTEL_VENV).log
 
-.PHONY: intel-venv intel-venv-background test-intel test-intel-optional bench-comm
+.PHONY: intel-venv intel-venv-background test-intel test-intel-optional bench-comm demo-ccl
 
 intel-venv: $(CCL_STAMP)
 
@@ -67,6 +67,14 @@ test-intel: intel-venv
 	CPUDDP_INTEL_STACK=1 PATH=$(INTEL_BIN):$$PATH $(INTEL_BIN)/python -m pytest -q \
 		tests/test_intel.py tests/test_intel_stack.py tests/test_teardown.py \
 		tests/test_multinode.py::test_ccl_training_across_hosts
+
+# gloo against ccl through the workflow (experiments/demo-ccl.yaml), then its
+# report with the two runs side by side.
+demo-ccl: intel-venv
+	PATH=$(INTEL_BIN):$$PATH $(INTEL_BIN)/snakemake --profile profiles/local --configfile experiments/demo-ccl.yaml
+	PATH=$(INTEL_BIN):$$PATH $(INTEL_BIN)/snakemake --profile profiles/local --configfile experiments/demo-ccl.yaml \
+		--report results/demo-ccl/report.html
+	@echo "Report: results/demo-ccl/report.html"
 
 # gloo against ccl: all-reduce of MiniLM's gradient buckets and training
 # samples/s, 2 ranks on this node and (as root) across two namespace hosts.
