@@ -102,6 +102,15 @@ def stop(proc: subprocess.Popen, ranks: list[dict]) -> None:
             proc.kill()
             proc.wait()
     signal_ranks(ranks, signal.SIGKILL)
+    wait_gone(ranks)
+
+
+def wait_gone(ranks: list[dict]) -> None:
+    """A killed process lingers a moment (more on a loaded machine): the run
+    is reported only once this host's stopped ranks are gone."""
+    deadline = time.monotonic() + STOP_WAIT_SECONDS
+    while any(is_here(s) and pid_alive(s["pid"]) for s in ranks) and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def stuck_at(log_dir, rank: int) -> str:
