@@ -1,7 +1,9 @@
-# The Intel stack (torch 2.8 + IPEX 2.8) in its own venv, kept outside the
-# clone so that every clone and CI run on this machine reuses it.
+# The Intel stack (torch 2.8 + IPEX 2.8 + oneCCL bindings built from source)
+# in its own venv, kept outside the clone so that every clone and CI run on
+# this machine reuses it.
 #   make intel-venv    build it once (later calls return at once)
-#   make test-intel    IPEX unit tests + a 2-rank workflow run with IPEX on
+#   make test-intel    IPEX unit tests + 2-rank workflow runs with IPEX and with ccl
+#   make bench-comm    all-reduce and training speed, gloo against ccl (bench/comm_bench.py)
 INTEL_PY ?= python3.11
 INTEL_VENV ?= $(HOME)/.cache/cpuddp/intel-venv
 INTEL_REQ := envs/requirements-intel.txt
@@ -17,20 +19,34 @@ INTEL_CUDA_LIBS := nvidia-cublas-cu12==12.8.4.1 nvidia-cuda-cupti-cu12==12.8.90 
 	nvidia-cusparselt-cu12==0.7.1 nvidia-nccl-cu12==2.27.3 nvidia-nvjitlink-cu12==12.8.93
 
 # The stamp is named by the content that defines the env, not by file times:
-# a fresh clone reuses the cache, a changed pin rebuilds it.
-INTEL_HASH := $(shell { cat $(INTEL_REQ); echo $(INTEL_CUDA_LIBS); } | sha256sum | cut -c1-16)
+# a fresh clone reuses the cache, a changed pin rebuilds it (comments do not).
+INTEL_HASH := $(shell { grep -v "^\#" $(INTEL_REQ); echo $(INTEL_CUDA_LIBS); } | sha256sum | cut -c1-16)
 INTEL_STAMP := $(INTEL_VENV)/.built-$(INTEL_HASH)
+
+# oneCCL Bindings for PyTorch have no release for torch 2.8: built from the
+# source of intel/torch-ccl at its last commit (envs/torch-ccl/build.py). A
+# copy of that source sits next to the clone (CCL_SRC) for offline builds.
+CCL_COMMIT := 1fc0c383a8665a83f274e2c863e6d1d323b02856
+CCL_SRC_SHA256 := 425b8db666e82a4b58c75adc258ed12cd4645d65e3dfb80440f1741cff259f39
+CCL_SRC ?= $(CURDIR)/../shared/vendor/torch-ccl-1fc0c38.tar.gz
+CCL_SRC_FALLBACK := /work/shared/vendor/torch-ccl-1fc0c38.tar.gz
+CCL_BUILD := $(INTEL_PY) envs/torch-ccl/build.py --source $(CCL_SRC) --fallback $(CCL_SRC_FALLBACK) \
+	--sha256 $(CCL_SRC_SHA256) --commit $(CCL_COMMIT)
+CCL_HASH := $(shell { cat envs/torch-ccl/*; echo $(CCL_SRC_SHA256); } | sha256sum | cut -c1-16)
+CCL_STAMP := $(INTEL_VENV)/.ccl-built-$(CCL_HASH)
 
 INTEL_LOCK := $(INTEL_VENV).lock
 INTEL_LOG := $(INTEL_VENV).log
 
-.PHONY: intel-venv intel-venv-background test-intel test-intel-optional
+.PHONY: intel-venv intel-venv-background test-intel test-intel-optional bench-comm demo-ccl
 
-intel-venv: $(INTEL_STAMP)
+intel-venv: $(CCL_STAMP)
 
 # From scratch every time: the stamp is written last, so a half-built or
-# outdated env is never taken for a good one.
+# outdated env is never taken for a good one. The bindings' source is
+# checked first, before minutes of installing.
 $(INTEL_STAMP):
+	@$(CCL_BUILD) --venv $(INTEL_VENV) --check-only
 	if [ -f $(INTEL_VENV)/pyvenv.cfg ]; then rm -rf $(INTEL_VENV); fi
 	$(INTEL_PY) -m venv $(INTEL_VENV)
 	$(INTEL_BIN)/pip install -q --upgrade pip
@@ -39,15 +55,39 @@ $(INTEL_STAMP):
 		|| $(INTEL_BIN)/python -c "import torch, intel_extension_for_pytorch"
 	touch $@
 
+# The bindings (about 1 min on 2 cores), into the same venv as oneccl; a
+# rebuilt venv has lost this stamp too, so they are rebuilt with it.
+$(CCL_STAMP): $(INTEL_STAMP)
+	$(CCL_BUILD) --venv $(INTEL_VENV)
+	touch $@
+
+# The ccl tests run on the compiled bindings; test_multinode's ccl run needs
+# root (network namespaces) and says so when skipped.
 test-intel: intel-venv
 	CPUDDP_INTEL_STACK=1 PATH=$(INTEL_BIN):$$PATH $(INTEL_BIN)/python -m pytest -q \
-		tests/test_intel.py tests/test_intel_stack.py tests/test_teardown.py
+		tests/test_intel.py tests/test_intel_stack.py tests/test_teardown.py \
+		tests/test_multinode.py::test_ccl_training_across_hosts
+
+# gloo against ccl through the workflow (experiments/demo-ccl.yaml), then its
+# report with the two runs side by side.
+demo-ccl: intel-venv
+	PATH=$(INTEL_BIN):$$PATH $(INTEL_BIN)/snakemake --profile profiles/local --configfile experiments/demo-ccl.yaml
+	PATH=$(INTEL_BIN):$$PATH $(INTEL_BIN)/snakemake --profile profiles/local --configfile experiments/demo-ccl.yaml \
+		--report results/demo-ccl/report.html
+	@echo "Report: results/demo-ccl/report.html"
+
+# gloo against ccl: all-reduce of MiniLM's gradient buckets and training
+# samples/s, 2 ranks on this node and (as root) across two namespace hosts.
+# Run it on a quiet machine; BENCH_ARGS="--out comm.json --runs 3" etc.
+BENCH_ARGS ?= --hosts
+bench-comm: intel-venv
+	PATH=$(INTEL_BIN):$$PATH HF_HUB_OFFLINE=1 $(INTEL_BIN)/python -m bench.comm_bench $(BENCH_ARGS)
 
 # `make test` starts building the Intel env (5-6 min, mostly download and
 # unpacking) while the main suite runs; flock lets one build run at a time,
 # so test-intel-optional waits for it and then finds the env built.
 intel-venv-background:
-	@if command -v $(INTEL_PY) >/dev/null && command -v flock >/dev/null && [ ! -f $(INTEL_STAMP) ]; then \
+	@if command -v $(INTEL_PY) >/dev/null && command -v flock >/dev/null && [ ! -f $(CCL_STAMP) ]; then \
 		mkdir -p $(dir $(INTEL_VENV)); \
 		echo "building the Intel env in the background (log: $(INTEL_LOG))"; \
 		nohup flock $(INTEL_LOCK) $(MAKE) --no-print-directory -f $(firstword $(MAKEFILE_LIST)) \

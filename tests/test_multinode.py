@@ -175,28 +175,38 @@ def run_check(cluster_setup, hostnames, cwd=REPO, timeout=180, **dist):
     return done, out, time.time() - started
 
 
-@needs_root
-def test_ddp_training_across_hosts_through_profiles_xeon(cluster):
-    """Two hosts, one rank each, meeting at the first host's address."""
-    work, hosts, mapping = cluster
+def tiny_experiment(work: Path, name: str, **distributed) -> Path:
     data = work / "mrpc"
     demo.write_mrpc_demo(data, n_train=64, n_dev=16, seed=1)
     model = build_tiny_model(work)
-    experiment = write_config(work / "tiny.yaml", {
-        "experiment": "tiny", "task": "mrpc", "model": str(model),
+    return write_config(work / f"{name}.yaml", {
+        "experiment": name, "task": "mrpc", "model": str(model),
         "data": {"format": "glue_tsv", "train": str(data / "train.tsv"), "validation": str(data / "dev.tsv")},
         "train": {"epochs": 1, "batch_size": 8, "learning_rate": 1e-3, "max_seq_length": 64, "log_every": 2,
-                  "precision": "fp32"},
-        "distributed": {"env": {"EVIL": "a b;touch pwned"}},
+                  "precision": "fp32", "ipex": False},
+        "distributed": distributed,
     })
-    cluster_path = cluster_file(work, [hosts[0].name, hosts[1].name])
+
+
+def xeon_run(cluster, experiment: Path, timeout: int = 240, **dist) -> tuple[subprocess.CompletedProcess, float]:
+    """The workflow with profiles/xeon on the first test host, over its first two hosts."""
+    work, hosts, mapping = cluster
+    cluster_path = cluster_file(work, [hosts[0].name, hosts[1].name], **dist)
     argv = [str(BIN / "snakemake"), "--snakefile", str(REPO / "Snakefile"), "--directory", str(work),
             "--profile", str(REPO / "profiles" / "xeon"), "-j", "4", "--configfile", str(experiment),
             "--config", f"cluster={cluster_path}"]
     started = time.time()
-    done = subprocess.run(on_host(hosts[0], argv), capture_output=True, text=True, timeout=240,
+    done = subprocess.run(on_host(hosts[0], argv), capture_output=True, text=True, timeout=timeout,
                           env=host_env(mapping))
-    elapsed = time.time() - started
+    return done, time.time() - started
+
+
+@needs_root
+def test_ddp_training_across_hosts_through_profiles_xeon(cluster):
+    """Two hosts, one rank each, meeting at the first host's address."""
+    work, hosts, mapping = cluster
+    experiment = tiny_experiment(work, "tiny", env={"EVIL": "a b;touch pwned"})
+    done, elapsed = xeon_run(cluster, experiment)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
 
     run = work / "results/tiny/default"
@@ -215,6 +225,44 @@ def test_ddp_training_across_hosts_through_profiles_xeon(cluster):
     assert summary["nodes"] == 2 and summary["world_size"] == 2 and summary["mpi"].startswith("intel")
     print(f"\nmultinode: workflow {elapsed:.0f} s, training {metrics['train_samples_per_second']:.1f} samples/s "
           f"across 2 namespaces")
+
+
+needs_ccl = pytest.mark.skipif(importlib.util.find_spec("oneccl_bindings_for_pytorch") is None,
+                               reason="oneCCL bindings not installed: `make test-intel` runs this in the Intel env")
+
+
+@needs_root
+@needs_ccl
+@pytest.mark.timeout(420)
+def test_ccl_training_across_hosts(cluster):
+    """`backend: ccl` over the test hosts' network: oneCCL pinned to their
+    interface (cpd0), never to this machine's own; both ranks on ProcessGroupCCL."""
+    work, hosts, mapping = cluster
+    experiment = tiny_experiment(work, "tinyccl", backend="ccl")
+    done, elapsed = xeon_run(cluster, experiment, timeout=300)
+    logs = work / "logs/train_ddp/tinyccl/default"
+    tails = "".join(f"\n--- rank {r}: " + "\n".join((logs / f"rank{r}.log").read_text().splitlines()[-15:])
+                    for r in (0, 1) if (logs / f"rank{r}.log").exists())
+    assert done.returncode == 0, ("ccl across test hosts failed; tried " + json.dumps(ccl_env_tried(work)) +
+                                  "\n" + done.stderr[-4000:] + tails)
+    run = work / "results/tinyccl/default"
+    env = json.loads((run / "environment.json").read_text())
+    assert env["backend"] == "ccl" and env["gloo_ifname"] == netns.IFACE
+    tuned = {k: env["ccl_env"].get(k) for k in ("FI_TCP_IFACE", "CCL_KVS_IFACE", "I_MPI_HYDRA_IFACE", "CCL_ATL_SHM")}
+    assert tuned == {"FI_TCP_IFACE": netns.IFACE, "CCL_KVS_IFACE": netns.IFACE, "I_MPI_HYDRA_IFACE": netns.IFACE,
+                     "CCL_ATL_SHM": None}  # one rank per host: nothing to share
+    metrics = json.loads((run / "train_metrics.json").read_text())
+    assert [r["host"] for r in metrics["ranks"]] == [hosts[0].name, hosts[1].name]
+    assert {r["process_group"]["implementation"] for r in metrics["ranks"]} == {"ProcessGroupCCL"}
+    assert len({r["weights_sha256"] for r in metrics["ranks"]}) == 1
+    print(f"\nmultinode ccl: workflow {elapsed:.0f} s, training {metrics['train_samples_per_second']:.1f} "
+          f"samples/s across 2 namespaces")
+
+
+def ccl_env_tried(work: Path) -> dict:
+    """The oneCCL variables of the failed run, for its message."""
+    path = work / "results/tinyccl/default/environment.json"
+    return json.loads(path.read_text()).get("ccl_env", {}) if path.exists() else {}
 
 
 def build_tiny_model(work: Path) -> Path:

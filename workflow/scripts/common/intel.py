@@ -2,7 +2,7 @@
 
 Intel Extension for PyTorch (IPEX) works only with the torch release of the
 same major.minor, and its import exits the process when they differ; each
-oneccl_bind_pt wheel is built against one torch release. Mismatched versions
+oneccl_bind_pt build pairs with one torch release (oneccl.py). Mismatched versions
 are what users of Intel's recipes hit most, so they are checked here from
 package metadata, before anything imports either package, and refused with
 one line naming what to install. The upstream path (gloo, no IPEX) never
@@ -11,40 +11,16 @@ needs any of this.
 
 from __future__ import annotations
 
-import importlib.util
-import os
 import socket
-from pathlib import Path
 
 from workflow.scripts.common import versions
 from workflow.scripts.common.errors import UserError
+from workflow.scripts.common.oneccl import CCL_PACKAGE, check_ccl_pair, major_minor, release
 
 IPEX_MODULE = "intel_extension_for_pytorch"
 IPEX_PACKAGE = "intel-extension-for-pytorch"
 IPEX_LAST = "2.8.0"  # archived: the last CPU release, on PyPI
-CCL_MODULE = "oneccl_bindings_for_pytorch"
-CCL_PACKAGE = "oneccl_bind_pt"
-CCL_INDEX = "https://pytorch-extension.intel.com/release-whl/stable/cpu/us/"
 TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
-
-# Released CPU wheels of oneccl_bind_pt (Intel's index, not PyPI) and the
-# torch release each was built against: torch major.minor, or the full
-# version where one minor had two builds.
-CCL_PAIRS = {
-    "2.7": "2.7.0",
-    "2.6": "2.6.0",
-    "2.5": "2.5.0",
-    "2.4": "2.4.0",
-    "2.3": "2.3.0",
-    "2.2": "2.2.0",
-    "2.1": "2.1.0",
-    "2.0": "2.0.0",
-    "1.13": "1.13.0",
-    "1.12.1": "1.12.100",
-    "1.12.0": "1.12.0",
-    "1.11": "1.11.0",
-    "1.10": "1.10.0",
-}
 
 
 # ---------------------------------------------------------------- versions
@@ -52,24 +28,6 @@ CCL_PAIRS = {
 def installed_versions() -> dict:
     """torch, IPEX and oneccl_bind_pt versions from metadata (None = absent)."""
     return versions.installed("torch", IPEX_MODULE, CCL_PACKAGE)
-
-
-def release(version: str) -> str:
-    """'2.8.0+cpu' -> '2.8.0': local build labels do not change the pairing."""
-    return version.split("+")[0]
-
-
-def major_minor(version: str) -> str:
-    return ".".join(release(version).split(".")[:2])
-
-
-def _ccl_key(torch_version: str) -> str | None:
-    """The CCL_PAIRS key of a torch version, if any release pairs with it."""
-    full = release(torch_version)
-    for key in (full, major_minor(full)):
-        if key in CCL_PAIRS:
-            return key
-    return None
 
 
 def check_ipex_pair(torch_version: str, ipex_version: str) -> None:
@@ -82,17 +40,6 @@ def check_ipex_pair(torch_version: str, ipex_version: str) -> None:
     if _version_tuple(torch_version) <= _version_tuple(IPEX_LAST):
         fixes += f" or pip install {IPEX_PACKAGE}=={major_minor(torch_version)}.*"
     raise UserError(f"{found}: {fixes} (README, Intel stack), or set train.ipex: false")
-
-
-def check_ccl_pair(torch_version: str, ccl_version: str) -> None:
-    """oneccl_bind_pt must be the wheel built for the installed torch."""
-    key = _ccl_key(torch_version)
-    if key is not None and CCL_PAIRS[key] == release(ccl_version):
-        return
-    built_for = [t for t, c in CCL_PAIRS.items() if c == release(ccl_version)]
-    pairs = f"built for torch {built_for[0]}" if built_for else "not a known release"
-    raise UserError(f"{CCL_PACKAGE} {ccl_version} ({pairs}) does not pair with torch {torch_version}: "
-                    f"{ccl_install_hint(torch_version)} (README, Intel stack), or set distributed.backend: gloo")
 
 
 def check_pairing(versions: dict, ipex: bool = True, ccl: bool = True) -> None:
@@ -109,62 +56,8 @@ def check_pairing(versions: dict, ipex: bool = True, ccl: bool = True) -> None:
         check_ccl_pair(torch_version, versions[CCL_PACKAGE])
 
 
-def ccl_install_hint(torch_version: str | None) -> str:
-    """How to get ccl for this torch (or why there is none)."""
-    key = _ccl_key(torch_version or "")
-    if key is None:
-        return (f"no {CCL_PACKAGE} exists for torch {major_minor(torch_version or '?')} (the last is 2.7.0, "
-                f"for torch 2.7): install torch==2.7.* and {CCL_PACKAGE}==2.7.0 --extra-index-url {CCL_INDEX}")
-    return f"pip install {CCL_PACKAGE}=={CCL_PAIRS[key]} --extra-index-url {CCL_INDEX}"
-
-
 def _version_tuple(version: str) -> tuple:
     return tuple(int(p) for p in release(version).split(".")[:3] if p.isdigit())
-
-
-# ---------------------------------------------------------------- ccl environment
-
-def ccl_package_dir() -> Path | None:
-    """Where oneccl_bindings_for_pytorch is installed (found without importing it)."""
-    spec = importlib.util.find_spec(CCL_MODULE)
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return Path(list(spec.submodule_search_locations)[0])
-
-
-def _prepend(paths: list[Path], current: str | None) -> str:
-    parts = [str(p) for p in paths] + ([current] if current else [])
-    return os.pathsep.join(parts)
-
-
-def ccl_environment(root: Path | None = None, environ=None) -> dict:
-    """What the package's env/setvars.sh (which sources vars.sh) exports.
-
-    The ranks get these through mpirun, so nobody sources a script or edits
-    a shell. The wheel bundles oneCCL, Intel MPI and libfabric under its
-    package folder; only the folders this wheel has are added.
-    """
-    environ = os.environ if environ is None else environ
-    root = root or ccl_package_dir()
-    if root is None:
-        return {}
-    libs = [d for d in (root / "lib", root / "opt/mpi/lib", root / "opt/mpi/libfabric/lib") if d.is_dir()]
-    bins = [d for d in (root / "bin", root / "opt/mpi/bin") if d.is_dir()]
-    env = {
-        "CCL_ROOT": str(root),
-        "LD_LIBRARY_PATH": _prepend(libs, environ.get("LD_LIBRARY_PATH")),
-        "LIBRARY_PATH": _prepend(libs, environ.get("LIBRARY_PATH")),
-    }
-    if (root / "include").is_dir():
-        env["CPATH"] = _prepend([root / "include"], environ.get("CPATH"))
-    if bins:
-        env["PATH"] = _prepend(bins, environ.get("PATH"))
-    # setvars.sh keeps an I_MPI_ROOT that is already set.
-    env["I_MPI_ROOT"] = environ.get("I_MPI_ROOT") or str(root)
-    providers = [d for d in (root / "opt/mpi/libfabric/lib/prov", root / "lib/prov") if d.is_dir()]
-    if providers:
-        env["FI_PROVIDER_PATH"] = str(providers[0])
-    return env
 
 
 # ---------------------------------------------------------------- IPEX

@@ -20,9 +20,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from workflow.scripts.common import intel
 from workflow.scripts.common.errors import UserError
 from workflow.scripts.common.hostfile import check_nodes
+from workflow.scripts.launch import ccl
 
 def free_port(address: str = "") -> int:
     with socket.socket() as sock:
@@ -120,9 +120,7 @@ def rank_env(info: dict, extra: dict, addr: str, port: int) -> dict:
     ifname = info.get("gloo_ifname")
     if ifname and info["backend"] == "gloo" and info.get("nodes", 1) > 1:
         env["GLOO_SOCKET_IFNAME"] = ifname  # the interface that reaches MASTER_ADDR on every node
-    if info["backend"] == "ccl":
-        env["CCL_WORKER_COUNT"] = "1"
-        env.update(intel.ccl_environment())  # what oneCCL's setvars.sh would export
+    env.update(ccl.rank_variables(info))  # ccl: setvars.sh's variables and oneCCL's tuning
     env.update({k: str(v) for k, v in extra.items()})
     return env
 
@@ -181,7 +179,7 @@ def launch_env(config: dict, info: dict) -> dict:
     """The launcher's own environment; srun hands it to every rank. The batch
     script runs on the allocation's first node, where srun puts rank 0."""
     if config["distributed"].get("launcher") != "srun":
-        return dict(os.environ)
+        return {**os.environ, **ccl.launcher_variables(info, config["distributed"].get("env") or {})}
     addr = master_addr([slurm_first_node()])
     return {**os.environ, **rank_env(info, config["distributed"].get("env", {}), addr, master_port(addr))}
 

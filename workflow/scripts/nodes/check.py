@@ -83,6 +83,11 @@ def main(argv=None) -> None:
     print(f"backend {info['backend']} ({info['backend_reason']}); precision {info['precision']} "
           f"({info['precision_reason']}); {info['threads_per_process']} threads per process; "
           f"launcher {info['mpi']['flavour']} {info['mpi']['version']}", file=sys.stderr)
+    if info.get("ccl_env"):
+        tuning = " ".join(f"{k}={v}" for k, v in info["ccl_env"].items() if k.startswith(("CCL_", "FI_", "I_MPI_HY"))
+                          and k not in ("CCL_ROOT", "FI_PROVIDER_PATH"))
+        print(f"ccl ranks get {tuning}; replaced by distributed.env: "
+              f"{', '.join(info['ccl_env_overridden']) or 'nothing'}", file=sys.stderr)
     write_json(args.out, info)
 
 

@@ -13,10 +13,10 @@ import sys
 import time
 from pathlib import Path
 
-from workflow.scripts.common import hardware, intel
+from workflow.scripts.common import hardware, intel, oneccl
 from workflow.scripts.common.errors import UserError
 from workflow.scripts.common.versions import installed
-from workflow.scripts.launch import mpi
+from workflow.scripts.launch import ccl, mpi
 
 ROOT = Path(__file__).resolve().parents[3]
 # What the revision covers (the code that runs).
@@ -29,26 +29,36 @@ def versions() -> dict:
     return installed(*PACKAGES, python=True)
 
 
-def choose_backend(requested: str) -> tuple[str, str]:
-    """(backend, why): ccl only where its bindings import."""
+def ccl_pays(ranks_per_node: int, nodes: int) -> tuple[bool, str]:
+    """Where oneCCL's all-reduce measured faster than gloo's (README, Intel
+    stack, `make bench-comm`): between ranks that share a node's memory."""
+    if ranks_per_node * nodes == 1:
+        return False, "one rank has nothing to all-reduce"
+    if ranks_per_node > 1:
+        return True, "ranks of a node share memory, where oneCCL's all-reduce measured faster than gloo's"
+    return False, "one rank per node: between nodes over TCP oneCCL did not measure faster than gloo"
+
+
+def choose_backend(requested: str, ranks_per_node: int = 2, nodes: int = 1) -> tuple[str, str]:
+    """(backend, why): ccl where its bindings import and, for auto, where it pays."""
     if requested == "gloo":
         return "gloo", "requested"  # ccl is never imported, whatever its state
     try:
-        importlib.import_module(intel.CCL_MODULE)
+        importlib.import_module(oneccl.CCL_MODULE)
         ccl_error = None
     except Exception as err:  # an ABI mismatch raises more than ImportError
         ccl_error = f"{type(err).__name__}: {err}".splitlines()[0]
     if requested == "ccl":
         if ccl_error:
             raise UserError(
-                f"backend ccl requested but {intel.CCL_MODULE} does not import ({ccl_error}); "
-                f"{intel.ccl_install_hint(intel.installed_versions()['torch'])} (README, Intel stack), "
-                "or set distributed.backend: gloo"
+                f"backend ccl requested but {oneccl.CCL_MODULE} does not import ({ccl_error}); "
+                f"{oneccl.ccl_install_hint(intel.installed_versions()['torch'])}, or set distributed.backend: gloo"
             )
         return "ccl", "requested"
     if ccl_error:
-        return "gloo", f"auto: {intel.CCL_MODULE} not importable"
-    return "ccl", f"auto: {intel.CCL_MODULE} imports"
+        return "gloo", f"auto: {oneccl.CCL_MODULE} not importable"
+    pays, why = ccl_pays(ranks_per_node, nodes)
+    return ("ccl" if pays else "gloo"), f"auto: {oneccl.CCL_MODULE} imports; {why}"
 
 
 def matmul_gflops(dtype, size: int = 512, seconds: float = 0.3) -> float:
@@ -104,7 +114,7 @@ def describe(config: dict, launcher: bool = True) -> dict:
     ipex_requested = train.get("ipex", "auto")
     # Pairing first: a mismatched IPEX ends the process when imported.
     intel.check_pairing(found, ipex=ipex_requested is not False, ccl=dist["backend"] != "gloo")
-    backend, backend_why = choose_backend(dist["backend"])
+    backend, backend_why = choose_backend(dist["backend"], dist["processes_per_node"], dist["nodes"])
     ipex, ipex_why = intel.ipex_status(ipex_requested)
     precision, precision_why, speed = choose_precision(train["precision"], cpu["isa_flags"])
     launched_by = mpi.detect_launcher(dist) if launcher else None
@@ -119,6 +129,7 @@ def describe(config: dict, launcher: bool = True) -> dict:
         "matmul": speed,
         "backend": backend,
         "backend_reason": backend_why,
+        "ccl_build": oneccl.build_record() if backend == "ccl" else None,
         "precision": precision,
         "precision_reason": precision_why,
         "ipex": ipex,
@@ -167,6 +178,7 @@ def combine(config: dict, named: list[tuple[str, dict]], mpi: dict) -> dict:
         "gloo_ifname": ifnames.pop() if len(ifnames) == 1 else None,
         "node_reports": [node_summary(name, r) for name, r in named],
     })
+    first.update(ccl.record(first, config["distributed"].get("env") or {}))
     return first
 
 

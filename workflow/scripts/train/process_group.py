@@ -13,25 +13,47 @@ from __future__ import annotations
 
 import datetime
 import gc
+import os
 import time
 import traceback
 from contextlib import contextmanager
 
+import torch
 import torch.distributed as dist
 
+from workflow.scripts.common import oneccl
+from workflow.scripts.launch import ccl
+from workflow.scripts.launch.ranks import DistEnv
 
-def init(backend: str, rank: int, world_size: int, timeout_minutes: float) -> None:
+RECORDED_PREFIXES = ("CCL_", "FI_", "I_MPI_HYDRA_IFACE")
+
+
+def init(backend: str, env: DistEnv, timeout_minutes: float) -> None:
     if backend == "ccl":
+        os.environ.update(ccl.local_variables(env.local_rank, env.local_world_size))
         import oneccl_bindings_for_pytorch  # noqa: F401  registers the ccl backend
-    dist.init_process_group(backend, rank=rank, world_size=world_size,
+    dist.init_process_group(backend, rank=env.rank, world_size=env.world_size,
                             timeout=datetime.timedelta(minutes=timeout_minutes))
 
 
+def describe() -> dict:
+    """The group this rank joined, as it really is: the backend's name and
+    implementation class (ProcessGroupCCL for oneCCL), and for ccl the
+    libraries mapped into this process and the CCL_/FI_ variables it sees."""
+    backend = dist.get_backend()
+    impl = dist.distributed_c10d._get_default_group()._get_backend(torch.device("cpu"))
+    found = {"backend": backend, "implementation": type(impl).__name__}
+    if backend == "ccl":
+        found["libraries"] = oneccl.loaded_libraries()
+        found["env"] = {k: v for k, v in sorted(os.environ.items()) if k.startswith(RECORDED_PREFIXES)}
+    return found
+
+
 @contextmanager
-def joined(backend: str, rank: int, world_size: int, timeout_minutes: float):
+def joined(backend: str, env: DistEnv, timeout_minutes: float):
     """The body must keep what holds the group (the DDP model) in its own
     function's locals, which are gone when that function returns."""
-    init(backend, rank, world_size, timeout_minutes)
+    init(backend, env, timeout_minutes)
     try:
         yield
     except BaseException as err:

@@ -57,6 +57,7 @@ def rank_record(env: DistEnv, model, threads: int, comm: CommTimer) -> dict:
         "allreduce_wait_share": comm.wait_share(),
         **comm.counts(),
         "weights_sha256": weights_digest(model),
+        "process_group": process_group.describe(),
     }
 
 
@@ -72,6 +73,7 @@ def metrics_record(cfg: dict, decisions: RunDecisions, env: DistEnv, progress: P
     return {
         "world_size": env.world_size,
         "backend": decisions.backend,
+        "process_group_backend": ranks[0]["process_group"]["backend"],
         "precision": decisions.precision,
         "ipex": decisions.ipex,
         "threads_per_process": decisions.threads_per_process,
@@ -102,6 +104,7 @@ def train_and_save(cfg: dict, decisions: RunDecisions, data_dir: str, out_dir: P
                    status: logs.RankStatus) -> None:
     """Build, train and save; everything that holds the process group is a
     local here, released when this returns (before the group is left)."""
+    log.info(f"process group: {process_group.describe()}")
     t, tokenizer = build(cfg, decisions, data_dir, env, log)
     ckpt_root, fp = out_dir / "checkpoints", fingerprint(cfg, t.sampler.global_size)
     progress = Progress()
@@ -132,7 +135,7 @@ def train(cfg: dict, decisions: RunDecisions, data_dir: str, out_dir: Path, log_
              f"(OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')})")
     log.info(intel.prepare_rank(decisions.as_dict()))  # every node checks its own versions
     dist_cfg = cfg["distributed"]
-    with process_group.joined(decisions.backend, env.rank, env.world_size, dist_cfg["timeout_minutes"]):
+    with process_group.joined(decisions.backend, env, dist_cfg["timeout_minutes"]):
         train_and_save(cfg, decisions, data_dir, out_dir, env, log, status)
         # A rank's own bound on teardown, a little after the launcher's.
         status.trained(exit_within=dist_cfg["exit_grace_seconds"] + 10)
