@@ -17,7 +17,7 @@ rule evaluate_fp32:
         "logs/evaluate_fp32/{experiment}/{run}.log",
     conda:
         "../../envs/cpuddp.yaml"
-    threads: workflow.cores
+    threads: machine_cores()
     shell:
         "python -m workflow.scripts.infer.evaluate --config {input.cfg} --environment {input.env}"
         " --model {input.model} --data {input.data} --raw {input.raw} --out {output} 2> {log}"
@@ -34,7 +34,7 @@ rule quantize_static:
         "logs/quantize_static/{experiment}/{run}.log",
     conda:
         "../../envs/cpuddp.yaml"
-    threads: workflow.cores
+    threads: machine_cores()
     shell:
         "python -m workflow.scripts.infer.quantize --config {input.cfg} --model {input.model}"
         " --data {input.data} --out {output} 2> {log}"
@@ -54,7 +54,7 @@ rule evaluate_int8:
         "logs/evaluate_int8/{experiment}/{run}.log",
     conda:
         "../../envs/cpuddp.yaml"
-    threads: workflow.cores
+    threads: machine_cores()
     params:
         max_drop=lambda wc: RUNS[wc.run]["quantization"]["max_accuracy_drop"],
     shell:

@@ -19,7 +19,7 @@ rule train_ddp:
     # The ranks take the nodes' cores; one MPI job at a time on them (the
     # profiles cap `mpi`). On Slurm (profiles/slurm) the same resources size
     # the allocation; the launcher then starts the ranks with srun.
-    threads: workflow.cores
+    threads: machine_cores()
     resources:
         mpi=lambda wc: int(resources.mpi_job(dist_of(wc))),
         nodes=lambda wc: dist_of(wc)["nodes"],
@@ -49,7 +49,7 @@ rule tune_layout:
         "logs/tune_layout/{experiment}.log",
     conda:
         "../../envs/cpuddp.yaml"
-    threads: workflow.cores
+    threads: machine_cores()
     resources:
         mpi=1,
     shell:

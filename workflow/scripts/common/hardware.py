@@ -46,3 +46,15 @@ def usable_cores(summary: dict) -> int:
     allowed = len(os.sched_getaffinity(0))
     per_cpu = summary["logical_cpus"] // max(summary["physical_cores"], 1)
     return max(1, min(summary["physical_cores"], allowed // max(per_cpu, 1)))
+
+
+def cpu_list(cpus=None) -> str:
+    """CPUs in Linux list form ("0-3,8"), as /proc/self/status shows
+    Cpus_allowed_list; this process's own by default."""
+    ranges: list[list[int]] = []
+    for cpu in sorted(os.sched_getaffinity(0) if cpus is None else cpus):
+        if ranges and cpu == ranges[-1][1] + 1:
+            ranges[-1][1] = cpu
+        else:
+            ranges.append([cpu, cpu])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in ranges)

@@ -16,9 +16,16 @@ def run(config: dict, info: dict, program: list[str], log_dir=None, quiet: bool 
     dist = config["distributed"]
     world = dist["nodes"] * ranks_per_node(config, info)
     with tempfile.TemporaryDirectory(prefix="cpuddp-launch-") as workdir:
-        command = build(config, info, program, workdir)
+        command, env = build(config, info, program, workdir), launch_env(config, info)
         if not quiet:
-            print("launch: " + " ".join(command), file=sys.stderr, flush=True)
-        code, stuck = supervise.run(command, launch_env(config, info), log_dir, world,
-                                    dist["exit_grace_seconds"], quiet)
+            print("launch: " + through_env(config, env) + " ".join(command), file=sys.stderr, flush=True)
+        code, stuck = supervise.run(command, env, log_dir, world, dist["exit_grace_seconds"], quiet)
     supervise.judge(code, stuck, log_dir, world, dist["exit_grace_seconds"])
+
+
+def through_env(config: dict, env: dict) -> str:
+    """What srun hands every rank in its environment (mpirun shows it in its
+    own arguments)."""
+    if config["distributed"].get("launcher") != "srun":
+        return ""
+    return "".join(f"{key}={env[key]} " for key in ("MASTER_ADDR", "MASTER_PORT", "OMP_NUM_THREADS") if key in env)
