@@ -28,10 +28,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+DEBS = "slurmctld slurmd slurm-client munge slurmdbd mariadb-server"
 DAEMONS = ("munged", "mariadbd", "mariadb-install-db", "slurmdbd", "slurmctld", "slurmd", "sacctmgr")
 CLUSTER = "cpuddp"
-PARTITION = "cpuddp-test"
-ACCOUNT = "cpuddp-test"
+PARTITION = "cputest"
+ACCOUNT = "cpuddp-proj"
 USER = "root"
 
 
@@ -101,6 +102,7 @@ MessageTimeout=10
 AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost={login.name}
 AccountingStoragePass={folder}/munge/munge.socket
+AccountingStoreFlags=job_comment
 JobAcctGatherType=jobacct_gather/none
 JobCompType=jobcomp/none
 PlugStackConfig={folder}/etc/plugstack.conf
@@ -181,12 +183,13 @@ def succeeds(cluster: Cluster, argv: list[str]) -> bool:
 def start_database(cluster: Cluster) -> None:
     folder = cluster.folder
     subprocess.run(["mariadb-install-db", "--no-defaults", f"--datadir={folder}/db", "--user=root",
-                    "--auth-root-authentication-method=normal", "--skip-test-db"],
+                    "--auth-root-authentication-method=normal", "--skip-test-db", "--innodb-log-file-size=4M"],
                    check=True, capture_output=True, timeout=120)
     daemon(cluster, cluster.login, ["mariadbd", "--no-defaults", f"--datadir={folder}/db", "--user=root",
                                     "--skip-grant-tables", "--bind-address=127.0.0.1", "--port=3306",
                                     f"--socket={folder}/run/mysqld.sock", f"--pid-file={folder}/run/mysqld.pid",
-                                    "--skip-log-bin", "--innodb-buffer-pool-size=32M"], "mariadbd.log")
+                                    "--skip-log-bin", "--innodb-buffer-pool-size=32M",
+                                    "--innodb-log-file-size=4M"], "mariadbd.log")
     wait_until("MariaDB", lambda: (folder / "run" / "mysqld.sock").exists(), cluster)
 
 
@@ -251,3 +254,4 @@ def stop(cluster: Cluster) -> None:
         for pid in namespace_pids(host.namespace):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+    shutil.rmtree(cluster.folder / "db", ignore_errors=True)  # the logs stay for a failed test

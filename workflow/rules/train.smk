@@ -29,11 +29,14 @@ rule train_ddp:
     params:
         rank_logs="logs/train_ddp/{experiment}/{run}",
         run_dir=lambda wc, output: os.path.dirname(output.metrics),
+    # tee ignores SIGTERM, which scancel and time limits send to every process
+    # of the job: the launcher's last lines (which rank, its log) reach the log.
     shell:
         "python -m workflow.scripts.launch --config {input.cfg} --environment {input.env}"
         " --log-dir {params.rank_logs} --"
         " python -m workflow.scripts.train.rank --config {input.cfg} --environment {input.env}"
-        " --data {input.data} --out {params.run_dir} --log-dir {params.rank_logs} 2>&1 | tee {log}"
+        " --data {input.data} --out {params.run_dir} --log-dir {params.rank_logs} 2>&1"
+        " | (trap '' TERM; exec tee {log})"
 
 
 # Ranks versus threads on one node: `snakemake ... tune` times short bursts

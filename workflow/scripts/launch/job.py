@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 import tempfile
 
+from workflow.scripts.common.errors import Terminated, sigterm_raises
 from workflow.scripts.launch import supervise
 from workflow.scripts.launch.command import build, launch_env, ranks_per_node
 
@@ -15,11 +16,14 @@ def run(config: dict, info: dict, program: list[str], log_dir=None, quiet: bool 
     (supervise.py); raises the one line that says what went wrong."""
     dist = config["distributed"]
     world = dist["nodes"] * ranks_per_node(config, info)
-    with tempfile.TemporaryDirectory(prefix="cpuddp-launch-") as workdir:
+    with tempfile.TemporaryDirectory(prefix="cpuddp-launch-") as workdir, sigterm_raises():
         command, env = build(config, info, program, workdir), launch_env(config, info)
         if not quiet:
             print("launch: " + through_env(config, env) + " ".join(command), file=sys.stderr, flush=True)
-        code, stuck = supervise.run(command, env, log_dir, world, dist["exit_grace_seconds"], quiet)
+        try:
+            code, stuck = supervise.run(command, env, log_dir, world, dist["exit_grace_seconds"], quiet)
+        except Terminated:  # supervise.run has stopped the launcher and its ranks
+            raise supervise.report_stopped(log_dir, world) from None
     supervise.judge(code, stuck, log_dir, world, dist["exit_grace_seconds"])
 
 

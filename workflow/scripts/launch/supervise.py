@@ -170,3 +170,18 @@ def report_failure(code: int, log_dir, failures: list[tuple[int, str]]) -> UserE
     return UserError(f"{message}; log: {logs.log_path(log_dir, rank)}")
 
 
+
+
+def report_stopped(log_dir, world: int) -> UserError:
+    """The launcher itself got SIGTERM (scancel, the job's time limit,
+    preemption): the tail of a rank's log, then one line; a rank that had
+    failed before the signal is named as the cause."""
+    stopped = ("training was stopped by SIGTERM (scancel, the job's time limit or preemption); "
+               "a rerun resumes from the newest checkpoint")
+    failures = rank_failures(log_dir, world) if log_dir else []
+    causes = [f for f in failures if logs.STOPPED not in f[1]]
+    if causes:
+        return UserError(f"{stopped}; before it, {report_failure(1, log_dir, causes)}")
+    if failures:
+        return report_failure(1, log_dir, [(failures[0][0], stopped)])
+    return UserError(stopped)
