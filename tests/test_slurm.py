@@ -237,11 +237,15 @@ def running_training(cluster) -> str:
     return jobs[0]
 
 
-def test_a_runtime_over_the_partition_limit_is_refused_at_submission(cluster, tiny_model_dir, tmp_path):
+def test_requests_over_the_partition_limits_are_refused_at_submission(cluster, tiny_model_dir, tmp_path):
     """EnforcePartLimits=ALL: sbatch refuses at once (else the job would pend
-    forever with reason PartitionTimeLimit); Snakemake stops with the reason."""
+    forever with reason PartitionTimeLimit); so does a node too small for
+    the CPUs asked. Snakemake stops with Slurm's reason."""
     configfile = experiment(tmp_path, tiny_model_dir, "limits", n_train=16,
                             distributed={"nodes": 2, "processes_per_node": 1, "threads_per_process": 1})
-    out = finish(start(snakemake(cluster, tmp_path, configfile, "results/limits/default/environment.json",
-                                 "--set-resources", "environment_check:runtime=600")))
-    assert "SLURM sbatch failed" in out and "Requested time limit is invalid" in out, out[-3000:]
+    target = "results/limits/default/environment.json"
+    for resource, reason in (("runtime=600", "Requested time limit is invalid"),
+                             ("cpus_per_task=3", "More processors requested than permitted")):
+        argv = snakemake(cluster, tmp_path, configfile, target, "--set-resources", f"environment_check:{resource}")
+        out = finish(start(argv))
+        assert "SLURM sbatch failed" in out and reason in out, out[-3000:]

@@ -64,9 +64,9 @@ def tuned_layout(wildcards):
 
 
 def machine_cores():
-    """The cores of a rule that takes the whole machine: --cores of a local
-    run. A cluster executor has no total: the rules that stay on this node
-    get its --local-cores; submitted jobs are sized by cpus_per_task."""
+    """The cores for a step that takes the whole machine (--cores of a local
+    run). A cluster executor has no total; the steps that stay on this node
+    get its --local-cores, submitted jobs are sized by cpus_per_task."""
     settings = workflow.resource_settings
     return settings.cores or settings.local_cores or 1
 

@@ -154,7 +154,7 @@ def build(config: dict, info: dict, program: list[str], workdir=None) -> list[st
     dist = config["distributed"]
     threads, ppn = int(info["threads_per_process"]), ranks_per_node(config, info)
     if dist.get("launcher") == "srun" and dist["nodes"] * ppn == 1 and "SLURM_STEP_ID" in os.environ:
-        return program  # Snakemake's job step is already the one rank
+        return program  # already the one rank's srun step: a nested srun would wait for its CPUs
     hosts = run_hosts(dist)
     env = {}
     if dist.get("launcher") != "srun":  # srun ranks get theirs from launch_env
