@@ -1,11 +1,16 @@
-# Cluster tests: every MPI flavour and test hosts made with `ip netns`.
+# Cluster tests: every MPI flavour, test hosts made with `ip netns`, and a
+# real Slurm cluster on those hosts.
 #   make ci-deps          the Debian packages those tests need (root; does nothing when present)
 #   make test-multinode   the across-hosts tests alone (root): DDP over veth between namespaces
-# `make test` runs them too (tests/test_multinode.py, tests/test_mpi_flavours.py);
-# without root the namespace tests are skipped, and CI (root) runs ci-deps first.
-CI_DEBS := mpich openmpi-bin iproute2 util-linux make
+#   make test-slurm       the Slurm tests alone (root): munge, slurmdbd + MariaDB, slurmctld and
+#                         a slurmd per test host; `snakemake --profile profiles/slurm` through them
+# `make test` runs them too (tests/test_multinode.py, tests/test_mpi_flavours.py,
+# tests/test_slurm.py); without root the namespace and Slurm tests are skipped,
+# and CI (root) runs ci-deps first.
+CI_DEBS := mpich openmpi-bin iproute2 util-linux make \
+	slurmctld slurmd slurm-client munge slurmdbd mariadb-server
 
-.PHONY: ci-deps test-multinode
+.PHONY: ci-deps test-multinode test-slurm
 
 ci-deps:
 	@missing=$$(for p in $(CI_DEBS); do \
@@ -20,3 +25,9 @@ ci-deps:
 test-multinode: venv
 	@test "$$(id -u)" = 0 || { echo "test-multinode needs root (ip netns)" >&2; exit 1; }
 	PATH=$(CURDIR)/$(BIN):$$PATH timeout 600 $(BIN)/python -m pytest -q -s tests/test_multinode.py
+
+# Bounded the same way: the daemons, jobs and namespaces go whatever happens
+# (the fixture's finally; a killed run's are swept by the next).
+test-slurm: venv
+	@test "$$(id -u)" = 0 || { echo "test-slurm needs root (ip netns, the Slurm daemons)" >&2; exit 1; }
+	PATH=$(CURDIR)/$(BIN):$$PATH timeout 900 $(BIN)/python -m pytest -q -s tests/test_slurm.py

@@ -69,8 +69,8 @@ def write_config(path: Path, config: dict) -> Path:
 # Modules whose tests start ranks or whole workflow runs: the generous timeout.
 TRAINING_MODULES = {"test_compare", "test_demo_data", "test_every_task", "test_fault_tolerance", "test_intel",
                     "test_intel_stack", "test_launch", "test_mpi_flavours", "test_multinode", "test_quantize",
-                    "test_report", "test_sweep", "test_tune", "test_workflow", "test_teardown", "test_accumulation",
-                    "test_self_healing"}
+                    "test_report", "test_slurm", "test_sweep", "test_tune", "test_workflow", "test_teardown",
+                    "test_accumulation", "test_self_healing"}
 TRAINING_TIMEOUT = 1200
 DUMP_AHEAD_SECONDS = 20  # before pytest-timeout fails the test
 

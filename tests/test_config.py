@@ -278,3 +278,14 @@ def test_sweep_over_precision_and_threads_sets_their_sections():
     assert list(runs) == ["t1-fp32", "tauto-fp32"]
     assert runs["t1-fp32"]["distributed"]["threads_per_process"] == 1
     assert runs["tauto-fp32"]["train"]["precision"] == "fp32"
+
+
+def test_slurm_runs_need_a_thread_count():
+    """srun: --cpus-per-task is fixed at submission, so auto cannot size it."""
+    slurm = {"launcher": "srun", "nodes": 2, "threads_per_process": "auto"}
+    with pytest.raises(cfg.ConfigError, match="threads_per_process is auto, but with launcher srun"):
+        cfg.check_hostfile(cfg.validate(config(distributed=slurm)))
+    swept = config(distributed={**slurm, "threads_per_process": 4}, sweep={"threads_per_process": [2, "tuned"]})
+    with pytest.raises(cfg.ConfigError, match="threads_per_process is tuned"):
+        cfg.check_hostfile(cfg.validate(swept))
+    cfg.check_hostfile(cfg.validate(config(distributed={**slurm, "threads_per_process": 4})))

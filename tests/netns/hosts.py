@@ -9,8 +9,10 @@ Names carry a unique prefix; `remove` deletes everything with it, and
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import uuid
 from dataclasses import dataclass
@@ -39,9 +41,14 @@ def namespaces() -> list[str]:
 
 
 def remove(prefix: str) -> None:
-    """Delete every namespace (their links go with them) and hosts file of a prefix."""
+    """Delete every namespace of a prefix, after ending the processes still
+    in it (a killed run's daemons); their links and hosts files go too."""
     for ns in namespaces():
         if ns.startswith(prefix):
+            pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split()
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(pid), signal.SIGKILL)
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
     for folder in ETC_NETNS.glob(f"{prefix}*"):
         shutil.rmtree(folder, ignore_errors=True)

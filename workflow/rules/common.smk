@@ -63,6 +63,14 @@ def tuned_layout(wildcards):
     return []
 
 
+def machine_cores():
+    """The cores for a step that takes the whole machine (--cores of a local
+    run). A cluster executor has no total; the steps that stay on this node
+    get its --local-cores, submitted jobs are sized by cpus_per_task."""
+    settings = workflow.resource_settings
+    return settings.cores or settings.local_cores or 1
+
+
 def dist_of(wildcards):
     return RUNS[wildcards.run]["distributed"]
 

@@ -19,7 +19,7 @@ rule evaluate_fp32:
         "logs/evaluate_fp32/{experiment}/{run}.log",
     conda:
         "../../envs/cpuddp.yaml"
-    threads: workflow.cores
+    threads: machine_cores()
     shell:
         "python -m workflow.scripts.infer.evaluate --config {input.cfg} --environment {input.env}"
         " --model {input.model} --data {input.data} --raw {input.raw} --out {output} 2> {log}"
@@ -36,7 +36,7 @@ rule convert_openvino:
         "logs/convert_openvino/{experiment}/{run}.log",
     conda:
         "../../envs/cpuddp.yaml"
-    threads: workflow.cores
+    threads: machine_cores()
     shell:
         "python -m workflow.scripts.infer.convert --config {input.cfg} --model {input.model}"
         " --data {input.data} --out {output} 2> {log}"
@@ -53,7 +53,7 @@ rule quantize_static:
         "logs/quantize_static/{experiment}/{run}.log",
     conda:
         "../../envs/cpuddp.yaml"
-    threads: workflow.cores
+    threads: machine_cores()
     shell:
         "python -m workflow.scripts.infer.quantize --config {input.cfg} --model {input.model}"
         " --data {input.data} --out {output} 2> {log}"
@@ -76,7 +76,7 @@ rule evaluate_runtimes:
         "logs/evaluate_runtimes/{experiment}/{run}.log",
     conda:
         "../../envs/cpuddp.yaml"
-    threads: workflow.cores
+    threads: machine_cores()
     shell:
         "python -m workflow.scripts.infer.runtimes --config {input.cfg} --environment {input.env}"
         " --model {input.model} --openvino {input.openvino} --int8 {input.int8} --data {input.data}"

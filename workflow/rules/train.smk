@@ -23,7 +23,7 @@ rule train_ddp:
     # The ranks take the nodes' cores; one MPI job at a time on them (the
     # profiles cap `mpi`). On Slurm (profiles/slurm) the same resources size
     # the allocation; the launcher then starts the ranks with srun.
-    threads: workflow.cores
+    threads: machine_cores()
     resources:
         mpi=lambda wc: int(resources.mpi_job(dist_of(wc))),
         nodes=lambda wc: dist_of(wc)["nodes"],
@@ -35,11 +35,14 @@ rule train_ddp:
     params:
         rank_logs="logs/train_ddp/{experiment}/{run}",
         run_dir=lambda wc, output: os.path.dirname(output.metrics),
+    # tee ignores SIGTERM, which scancel and time limits send to every process
+    # of the job: the launcher's last lines (which rank, its log) reach the log.
     shell:
         "python -m workflow.scripts.launch --config {input.cfg} --environment {input.env}"
         " --log-dir {params.rank_logs} --try {resources.attempt} --tries {params.run_dir}/tries.json --"
         " python -m workflow.scripts.train.rank --config {input.cfg} --environment {input.env}"
-        " --data {input.data} --out {params.run_dir} --log-dir {params.rank_logs} 2>&1 | tee {log}"
+        " --data {input.data} --out {params.run_dir} --log-dir {params.rank_logs} 2>&1"
+        " | (trap '' TERM; exec tee {log})"
 
 
 # Ranks versus threads on one node: `snakemake ... tune` times short bursts
@@ -55,7 +58,7 @@ rule tune_layout:
         "logs/tune_layout/{experiment}.log",
     conda:
         "../../envs/cpuddp.yaml"
-    threads: workflow.cores
+    threads: machine_cores()
     resources:
         mpi=1,
     shell:

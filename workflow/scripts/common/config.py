@@ -166,6 +166,7 @@ def check_hostfile(config: dict, base: Path = Path(".")) -> None:
     """Every run's node count must fit the hostfile, whose names must be sane."""
     dist = config["distributed"]
     if dist["launcher"] == "srun":
+        check_slurm_threads(config)
         return  # Slurm picks the nodes
     if not dist["hostfile"]:
         if max(config["sweep"].get("nodes", [dist["nodes"]])) > 1:
@@ -176,6 +177,17 @@ def check_hostfile(config: dict, base: Path = Path(".")) -> None:
             check_nodes(base / dist["hostfile"], nodes)
     except UserError as err:
         raise ConfigError(f"config error: {err}") from None
+
+
+def check_slurm_threads(config: dict) -> None:
+    """Slurm fixes --cpus-per-task when the job is submitted, before any
+    node is seen: `auto` and `tuned` cannot size it."""
+    threads = config["sweep"].get("threads_per_process", [config["distributed"]["threads_per_process"]])
+    for value in threads:
+        if not isinstance(value, int):
+            raise ConfigError(f"config error: distributed.threads_per_process is {value}, but with launcher srun "
+                              "(profiles/slurm) Slurm allocates --cpus-per-task at submission; set a number: "
+                              "your nodes' cores / processes_per_node")
 
 
 def load_config(config: dict, base: Path = Path(".")) -> dict:

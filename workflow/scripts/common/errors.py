@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import signal
 import sys
+from contextlib import contextmanager
 
 
 class UserError(Exception):
@@ -15,6 +17,28 @@ class Preempted(Exception):
 
 
 PREEMPTED = 75  # EX_TEMPFAIL: try again later
+
+
+class Terminated(SystemExit):
+    """SIGTERM arrived: scancel, a Slurm time limit or preemption, or the
+    launcher stopping a rank after another one failed. Exits 143, as the
+    signal itself would, but through `finally` blocks and status files."""
+
+    def __init__(self):
+        super().__init__(128 + signal.SIGTERM)
+
+
+@contextmanager
+def sigterm_raises():
+    """Within: SIGTERM raises Terminated in the main thread."""
+    def handler(_signum, _frame):
+        raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def run_cli(main, argv=None) -> None:

@@ -80,3 +80,15 @@ def cpu_tag(summary: dict) -> str:
     """The CPU in one bracket, for every measured figure: model and its int8/bf16 flags."""
     flags = [f for f in LOW_PRECISION_FLAGS if f in summary["isa_flags"]]
     return f"[{summary['cpu_model']}; {' '.join(flags) or 'no vnni/amx/bf16'}]"
+
+
+def cpu_list(cpus=None) -> str:
+    """CPUs in Linux list form ("0-3,8"), as /proc/self/status shows
+    Cpus_allowed_list; this process's own by default."""
+    ranges: list[list[int]] = []
+    for cpu in sorted(os.sched_getaffinity(0) if cpus is None else cpus):
+        if ranges and cpu == ranges[-1][1] + 1:
+            ranges[-1][1] = cpu
+        else:
+            ranges.append([cpu, cpu])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in ranges)

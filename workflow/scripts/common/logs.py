@@ -19,10 +19,11 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from workflow.scripts.common.atomic import read_json, write_json
-from workflow.scripts.common.errors import Preempted
+from workflow.scripts.common.errors import Preempted, Terminated, sigterm_raises
 
 STACK_SIGNAL = signal.SIGUSR1
 FINAL = ("ok", "error", "preempted")  # a rank with one of these has exited
+STOPPED = "stopped by SIGTERM (scancel, a time limit, preemption, or the launcher after another rank failed)"
 
 
 def log_path(log_dir, rank: int) -> Path:
@@ -82,13 +83,20 @@ class RankStatus:
 @contextmanager
 def exit_status(log_dir, rank: int):
     """rank<N>.exit through the rank's life: running, trained, then ok,
-    error or preempted; a killed rank stays `running`."""
+    error or preempted (SIGTERM while training: a checkpoint, then exit 75);
+    SIGTERM outside the training loop says so; a killed rank stays `running`."""
     status = RankStatus(log_dir, rank)
     status.write("running")
     try:
-        yield status
+        with sigterm_raises():
+            yield status
     except Preempted as err:
         status.write("preempted", error=str(err))
+        raise
+    except Terminated:
+        print(f"rank {rank}: {STOPPED}", file=status.stack_file, flush=True)
+        if status.record["status"] != "trained":  # results complete: teardown only
+            status.write("error", error=STOPPED)
         raise
     except BaseException as err:
         status.write("error", error=f"{type(err).__name__}: {err}".splitlines()[0])

@@ -153,7 +153,7 @@ def build(config: dict, info: dict, program: list[str], workdir=None, hosts: lis
     dist = config["distributed"]
     threads, ppn = int(info["threads_per_process"]), ranks_per_node(config, info)
     if dist.get("launcher") == "srun" and dist["nodes"] * ppn == 1 and "SLURM_STEP_ID" in os.environ:
-        return program  # Snakemake's job step is already the one rank
+        return program  # already the one rank's srun step: a nested srun would wait for its CPUs
     hosts = hosts or run_hosts(dist)
     env = {}
     if dist.get("launcher") != "srun":  # srun ranks get theirs from launch_env
@@ -185,11 +185,22 @@ def launch_env(config: dict, info: dict) -> dict:
 
 
 def slurm_first_node() -> str:
-    """The allocation's first node (where srun puts rank 0)."""
-    nodelist = os.environ.get("SLURM_JOB_NODELIST") or os.environ.get("SLURM_NODELIST")
+    """The allocation's first node (where srun puts rank 0). Inside a job of
+    the Slurm executor only SLURM_JOB_ID is left (its job step drops the
+    other SLURM_* variables), so the node list comes from squeue then."""
+    nodelist = os.environ.get("SLURM_JOB_NODELIST") or os.environ.get("SLURM_NODELIST") or job_nodelist()
     if nodelist and shutil.which("scontrol"):
         names = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True,
                                timeout=30).stdout.split()
         if names:
             return names[0]
     return socket.gethostname()
+
+
+def job_nodelist() -> str | None:
+    """The node list of this Slurm job, asked of slurmctld."""
+    job = os.environ.get("SLURM_JOB_ID")
+    if not job or not shutil.which("squeue"):
+        return None
+    done = subprocess.run(["squeue", "-h", "-j", job, "-o", "%N"], capture_output=True, text=True, timeout=30)
+    return done.stdout.strip() or None

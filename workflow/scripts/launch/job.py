@@ -20,7 +20,16 @@ def run(config: dict, info: dict, program: list[str], log_dir=None, quiet: bool 
     with tempfile.TemporaryDirectory(prefix="cpuddp-launch-") as workdir:
         argv = command.build(config, info, program, workdir, hosts)
         if not quiet:
-            print("launch: " + " ".join(argv), file=sys.stderr, flush=True)
+            print("launch: " + through_env(config, command.launch_env(config, info)) + " ".join(argv),
+                  file=sys.stderr, flush=True)
         outcome = supervise.run(argv, command.launch_env(config, info), log_dir, world,
                                 dist["exit_grace_seconds"], quiet)
     verdict.judge(outcome, log_dir, world, dist["exit_grace_seconds"], dist["timeout_minutes"])
+
+
+def through_env(config: dict, env: dict) -> str:
+    """What srun hands every rank in its environment (mpirun shows it in its
+    own arguments)."""
+    if config["distributed"].get("launcher") != "srun":
+        return ""
+    return "".join(f"{key}={env[key]} " for key in ("MASTER_ADDR", "MASTER_PORT", "OMP_NUM_THREADS") if key in env)

@@ -11,7 +11,9 @@ def per_node_job(dist: dict) -> bool:
 
 def mpi_job(dist: dict) -> bool:
     """Whether training holds the `mpi` resource: always with mpirun; under
-    Slurm only with several ranks (one rank runs in Snakemake's job step)."""
+    Slurm only with several ranks (the executor then sizes the job with tasks
+    or tasks_per_node; one rank is a one-task job, and the launcher still
+    starts it with srun, so that Slurm binds it)."""
     return dist.get("launcher") != "srun" or dist["nodes"] * dist["processes_per_node"] > 1
 
 

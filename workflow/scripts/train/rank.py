@@ -23,7 +23,7 @@ import torch
 import torch.distributed as dist
 import transformers
 
-from workflow.scripts.common import intel, logs, step
+from workflow.scripts.common import hardware, intel, logs, step
 from workflow.scripts.common.atomic import atomic_dir, write_json
 from workflow.scripts.common.decisions import RunDecisions
 from workflow.scripts.launch import ranks
@@ -53,6 +53,7 @@ def rank_record(env: DistEnv, model, threads: int, comm: CommTimer) -> dict:
         "local_rank": env.local_rank,
         "torch_threads": threads,
         "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+        "cpus": hardware.cpu_list(),  # as bound by pin.py or the launcher (srun --cpu-bind)
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "allreduce_wait_share": comm.wait_share(),
         **comm.counts(),
@@ -132,7 +133,7 @@ def train(cfg: dict, decisions: RunDecisions, data_dir: str, out_dir: Path, log_
     torch.set_num_threads(decisions.threads_per_process)
     log.info(f"rank {env.rank}/{env.world_size} via {env.launcher}; backend {decisions.backend}; "
              f"precision {decisions.precision}; {decisions.threads_per_process} threads "
-             f"(OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')})")
+             f"(OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}) on CPUs {hardware.cpu_list()}")
     log.info(intel.prepare_rank(decisions.as_dict()))  # every node checks its own versions
     dist_cfg = cfg["distributed"]
     with process_group.joined(decisions.backend, env, dist_cfg["timeout_minutes"]):

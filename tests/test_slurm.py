@@ -1,0 +1,255 @@
+"""A real Slurm cluster: `snakemake --profile profiles/slurm` submits with
+snakemake-executor-plugin-slurm, srun starts the ranks on two nodes, and
+failures reach the user (`make test-slurm`; in `make test` as root).
+
+tests/slurm/cluster.py starts munged, MariaDB, slurmdbd and slurmctld on a
+login host and one slurmd on each of two compute hosts (CPUs=2 each), all
+test hosts of tests/netns. Snakemake runs on the login host with a copy of
+profiles/slurm that names the test partition and account, as a site would.
+Everything is stopped and removed at the end, whatever happens.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import BIN, REPO, write_config
+from workflow.scripts.common import logs
+from workflow.scripts.data import demo
+
+sys.path.insert(0, str(REPO / "tests" / "netns"))
+sys.path.insert(0, str(REPO / "tests" / "slurm"))
+import cluster as slurm
+import hosts as netns
+
+SNAKEMAKE_TIMEOUT = 420  # one workflow run through the test cluster
+
+
+def unavailable() -> str | None:
+    """Why the test cluster cannot run here, or None."""
+    if os.geteuid() != 0:
+        return "needs root: the test hosts are network namespaces and the Slurm daemons run as root"
+    missing = slurm.missing_programs() + [p for p in ("ip", "nsenter", "unshare") if not shutil.which(p)]
+    if missing:
+        return f"missing {', '.join(missing)}; `make ci-deps` installs {slurm.DEBS}"
+    if importlib.util.find_spec("snakemake_executor_plugin_slurm") is None:
+        return "snakemake-executor-plugin-slurm is not installed (make venv installs it)"
+    return None
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    reason = unavailable()
+    if reason:
+        pytest.fail(f"Slurm test cluster: {reason}") if os.environ.get("CI") else pytest.skip(reason)
+    netns.sweep()
+    work = tmp_path_factory.mktemp("slurm")
+    prefix, hosts, _ = netns.create(3, work)
+    try:
+        started = time.time()
+        with slurm.running(hosts, work / "cluster") as running:
+            print(f"\nslurm: cluster up in {time.time() - started:.0f} s: login {hosts[0].name}, "
+                  f"nodes {', '.join(running.node_names())}")
+            yield running
+    finally:
+        netns.remove(prefix)
+        assert not [ns for ns in netns.namespaces() if ns.startswith(prefix)]
+
+
+def site_profile(folder: Path) -> Path:
+    """profiles/slurm with its partition and account lines filled in."""
+    text = (REPO / "profiles" / "slurm" / "config.yaml").read_text()
+    site = text.replace("# slurm_partition: cpu ", f"slurm_partition: {slurm.PARTITION} ")
+    site = site.replace("# slurm_account: myproject ", f"slurm_account: {slurm.ACCOUNT} ")
+    assert site.count(slurm.PARTITION) == 1 and site.count(slurm.ACCOUNT) == 1, "profile lines changed"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.yaml").write_text(site)
+    return folder
+
+
+def experiment(work: Path, model: Path, name: str, n_train: int, **settings) -> Path:
+    data = work / "mrpc"
+    demo.write_mrpc_demo(data, n_train=n_train, n_dev=16, seed=1)
+    train = {"epochs": 1, "batch_size": 8, "learning_rate": 1e-3, "max_seq_length": 32, "log_every": 2,
+             "precision": "fp32", **settings.pop("train", {})}
+    return write_config(work / f"{name}.yaml", {
+        "experiment": name, "task": "mrpc", "model": str(model),
+        "data": {"format": "glue_tsv", "train": str(data / "train.tsv"), "validation": str(data / "dev.tsv")},
+        "train": train, **settings})
+
+
+def snakemake(cluster, work: Path, configfile: Path, *extra: str) -> list[str]:
+    """Snakemake on the login host, the way a user starts it there."""
+    argv = ["env", f"PATH={BIN}{os.pathsep}{os.environ['PATH']}", "HF_HUB_OFFLINE=1",
+            sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), "--directory", str(work),
+            "--profile", str(site_profile(work / "profile")), "--slurm-init-seconds-before-status-checks", "1",
+            *extra, "--configfile", str(configfile)]
+    return slurm.on_host(cluster, cluster.login, argv)
+
+
+def start(argv: list[str]) -> subprocess.Popen:
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def finish(proc: subprocess.Popen) -> str:
+    try:
+        return proc.communicate(timeout=SNAKEMAKE_TIMEOUT)[0]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def accounting(cluster) -> dict[str, dict]:
+    """sacct's records by job and step id (the plugin's --comment names the rule)."""
+    fields = "JobID,Comment,State,NodeList,NTasks,AllocTRES,Partition,Account,Timelimit"
+    out = slurm.run(cluster, ["sacct", "-a", "-P", "--noheader", f"--format={fields}"]).stdout
+    names = fields.split(",")
+    return {row.split("|")[0]: dict(zip(names, row.split("|"))) for row in out.splitlines() if row}
+
+
+def tres(text: str) -> dict[str, str]:
+    return dict(item.split("=", 1) for item in text.split(",") if item)
+
+
+def wait_until(what: str, ready, proc: subprocess.Popen, timeout: float = 240) -> None:
+    deadline = time.monotonic() + timeout
+    while not ready():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            out = finish(proc) if proc.poll() is not None else ""
+            raise AssertionError(f"never saw {what}:\n{out[-4000:]}")
+        time.sleep(0.2)
+
+
+# ------------------------------------------------------------------ runs
+
+
+def test_two_nodes_one_and_two_ranks_per_node_and_one_rank(cluster, tiny_model_dir, tmp_path):
+    """One sweep, four runs: 2 nodes x 2 ranks, 2 x 1, 1 x 2 and a one-rank run."""
+    configfile = experiment(tmp_path, tiny_model_dir, "sweep", n_train=64, distributed={"threads_per_process": 1},
+                            sweep={"nodes": [2, 1], "processes_per_node": [2, 1]})
+    started = time.time()
+    out = finish(start(snakemake(cluster, tmp_path, configfile)))
+    elapsed = time.time() - started
+    summary = json.loads((tmp_path / "results/sweep/summary.json").read_text())
+    runs = {run["run"]: run for run in summary["runs"]}
+    assert {name: (r["nodes"], r["processes_per_node"], r["world_size"]) for name, r in runs.items()} == {
+        "n2-ppn2": (2, 2, 4), "n2-ppn1": (2, 1, 2), "n1-ppn2": (1, 2, 2), "n1-ppn1": (1, 1, 1)}, out[-3000:]
+    for name, run in runs.items():
+        check_ranks(tmp_path / "results/sweep" / name, run, cluster.node_names())
+        assert run["mpi"].startswith("slurm ") and set(run["hosts"]) <= set(cluster.node_names())
+    check_allocations(cluster, runs)
+    print(f"\nslurm: 4-run sweep through the cluster in {elapsed:.0f} s; sbatch asked for:")
+    for line in out.splitlines():
+        if "has been submitted with SLURM jobid" in line:
+            print("  " + line.strip())
+
+
+def check_ranks(run_dir: Path, run: dict, nodes: list[str]) -> None:
+    """srun's block placement; every rank bound to its own CPU (threads 1),
+    with OMP_NUM_THREADS to match; DDP kept the weights equal."""
+    ranks = json.loads((run_dir / "train_metrics.json").read_text())["ranks"]
+    hosts = [r["host"] for r in ranks]
+    assert len(set(hosts)) == run["nodes"] and set(hosts) <= set(nodes), hosts  # compute nodes only
+    assert hosts == [h for h in dict.fromkeys(hosts) for _ in range(run["processes_per_node"])], hosts
+    assert hosts[:1] == run["hosts"][:1]
+    for host in set(hosts):
+        cpus = [r["cpus"] for r in ranks if r["host"] == host]
+        assert all(c.isdigit() for c in cpus) and len(set(cpus)) == len(cpus), f"{host}: CPUs {cpus}"
+    assert {r["omp_num_threads"] for r in ranks} == {"1"} and {r["torch_threads"] for r in ranks} == {1}
+    assert len({r["weights_sha256"] for r in ranks}) == 1
+
+
+def check_allocations(cluster, runs: dict) -> None:
+    """Only the environment check and training were submitted (evaluation and
+    the report ran on the login host), each sized from its run."""
+    jobs = accounting(cluster)
+    mine = {j["Comment"]: j for j in jobs.values() if "wildcards_sweep_" in j["Comment"]}
+    assert sorted(mine) == sorted(f"rule_{rule}_wildcards_sweep_{run}" for run in runs
+                                  for rule in ("environment_check", "train_ddp")), sorted(mine)
+    for name, run in runs.items():
+        job = mine[f"rule_train_ddp_wildcards_sweep_{name}"]
+        alloc = tres(job["AllocTRES"])
+        assert job["State"] == "COMPLETED" and alloc["node"] == str(run["nodes"]), job
+        assert alloc["cpu"] == str(run["world_size"]) and alloc["mem"] == f"{2000 * run['world_size']}M", job
+        assert (job["Partition"], job["Account"], job["Timelimit"]) == (slurm.PARTITION, slurm.ACCOUNT, "02:00:00")
+        step = jobs[f"{job['JobID']}.0"]  # the launcher's srun: one task per rank
+        assert step["NTasks"] == str(run["world_size"]) and tres(step["AllocTRES"])["node"] == str(run["nodes"])
+        check = tres(mine[f"rule_environment_check_wildcards_sweep_{name}"]["AllocTRES"])
+        assert (check["node"], check["cpu"]) == (str(run["nodes"]), str(run["nodes"]))  # one rank per node
+
+
+# ------------------------------------------------------------------ failures
+
+
+def test_killed_rank_and_scancel_fail_the_job_and_a_rerun_resumes(cluster, tiny_model_dir, tmp_path):
+    """2 nodes x 1 rank of 2 threads. A rank killed inside the allocation
+    fails the job; the rerun resumes from its checkpoint and is cancelled
+    with scancel; both failures name the rank and show its log's tail."""
+    configfile = experiment(tmp_path, tiny_model_dir, "faults", n_train=320,
+                            train={"epochs": 10, "checkpoint_every": 10},
+                            # no automatic retry: this test is about how a failed try is reported
+                            distributed={"nodes": 2, "processes_per_node": 1, "threads_per_process": 2,
+                                         "retries": 0})
+    run_dir, rank_logs = tmp_path / "results/faults/default", tmp_path / "logs/train_ddp/faults/default"
+    argv = snakemake(cluster, tmp_path, configfile)
+
+    proc = start(argv)
+    wait_until("checkpoint step 10", (run_dir / "checkpoints/step-00000010/COMPLETE").exists, proc)
+    victim = logs.read_status(rank_logs, 1)
+    assert victim["host"] == cluster.nodes[1].name, victim
+    os.kill(victim["pid"], signal.SIGKILL)  # one PID space: the test reaches a rank on a test host
+    killed = time.monotonic()
+    out = finish(proc)
+    assert proc.returncode != 0 and "SLURM status is: 'FAILED'" in out, out[-4000:]
+    assert f"rank 1 on {cluster.nodes[1].name} died without an exit status" in out, out[-4000:]
+    assert f"--- last lines of {rank_logs.relative_to(tmp_path)}/rank1.log ---" in out
+    print(f"\nslurm: killed rank reported {time.monotonic() - killed:.0f} s later")
+    for rank in (0, 1):  # Slurm bound each rank to its node's 2 CPUs; OMP_NUM_THREADS agrees
+        assert "2 threads (OMP_NUM_THREADS=2) on CPUs 0-1" in logs.log_path(rank_logs, rank).read_text()
+
+    proc = start(argv)
+    resumed = "resumed from results/faults/default/checkpoints/step-00000010 (step 10)"
+    wait_until("the rerun resuming", lambda: resumed in logs.log_path(rank_logs, 0).read_text(), proc)
+    job = running_training(cluster)
+    slurm.run(cluster, ["scancel", job])
+    cancelled = time.monotonic()
+    out = finish(proc)
+    assert proc.returncode != 0 and f"SLURM-job '{job}' failed, SLURM status is: 'CANCELLED'" in out, out[-4000:]
+    # scancel's SIGTERM reaches the ranks in the training loop: they write a
+    # checkpoint at the next update and exit as preempted (README, When things fail)
+    assert "preempted: stopped at step " in out and "checkpoint written" in out, out[-4000:]
+    step = int(out.split("preempted: stopped at step ")[1].split()[0])
+    assert step > 10 and (run_dir / f"checkpoints/step-{step:08d}/COMPLETE").exists()  # the rerun resumes there
+    print(f"slurm: scancel reported {time.monotonic() - cancelled:.0f} s later")
+
+
+def running_training(cluster) -> str:
+    out = slurm.run(cluster, ["squeue", "-h", "-t", "RUNNING", "-o", "%i %k"]).stdout
+    jobs = [line.split()[0] for line in out.splitlines() if "rule_train_ddp" in line]
+    assert len(jobs) == 1, out
+    return jobs[0]
+
+
+def test_requests_over_the_partition_limits_are_refused_at_submission(cluster, tiny_model_dir, tmp_path):
+    """EnforcePartLimits=ALL: sbatch refuses at once (else the job would pend
+    forever with reason PartitionTimeLimit); so does a node too small for
+    the CPUs asked. Snakemake stops with Slurm's reason."""
+    configfile = experiment(tmp_path, tiny_model_dir, "limits", n_train=16,
+                            distributed={"nodes": 2, "processes_per_node": 1, "threads_per_process": 1})
+    target = "results/limits/default/environment.json"
+    for resource, reason in (("runtime=600", "Requested time limit is invalid"),
+                             ("cpus_per_task=3", "More processors requested than permitted")):
+        argv = snakemake(cluster, tmp_path, configfile, target, "--set-resources", f"environment_check:{resource}")
+        out = finish(start(argv))
+        assert "SLURM sbatch failed" in out and reason in out, out[-3000:]
