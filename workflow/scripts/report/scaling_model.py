@@ -15,8 +15,10 @@ previous one is done. A ring all-reduce of b bytes takes
 
 `exposed` is how long the last all-reduce ends after backward does: the
 communication the backward pass could not hide (the rest overlaps it).
-`fixed` is the per-update cost of the run on W ranks beyond one rank's step
-(the loss all-reduced every log_every updates). Pure Python, no torch: the
+`fixed` is the per-update cost of running on W ranks beyond one rank's
+step: DDP's broadcast of the model's buffers before forward and the loss
+all-reduced every log_every updates, small messages priced like a small
+all-reduce. Pure Python, no torch: the
 report and `make compare` use it without the training stack.
 """
 
@@ -26,6 +28,7 @@ from dataclasses import asdict, dataclass, field, replace
 
 FIRST_BUCKET_MB = 1.0  # torch.distributed's _DEFAULT_FIRST_BUCKET_BYTES
 MB = 1024 * 1024  # DDP's bucket_cap_mb counts MiB
+SMALL_MESSAGE = 4096  # bytes: module buffers (position ids), the logged loss
 COMPRESSIONS = ("none", "fp16", "bf16", "powersgd")
 # All-reduces per bucket: PowerSGD reduces the uncompressed tensors, then P, then Q.
 MESSAGES = {"none": 1, "fp16": 1, "bf16": 1, "powersgd": 3}
@@ -48,6 +51,11 @@ class Network:
     @property
     def gbit(self) -> float:
         return self.bandwidth * 8 / 1e9
+
+
+# Ranks of one node reduce through memory (loopback TCP with gloo): assumed
+# 32 Gbit/s and 20 us; it matters only with several ranks per node.
+LOOPBACK = Network(4e9, 20e-6, "loopback")
 
 
 @dataclass(frozen=True)
@@ -166,6 +174,7 @@ class Step:
 def predict(profile: Profile, net: Network, nodes: int, levers: Levers = Levers()) -> Step:
     """The update time on `nodes` nodes (see the module's docstring)."""
     world = nodes * profile.processes_per_node
+    net = net if nodes > 1 else LOOPBACK
     k = levers.accumulation
     done = communication = 0.0
     for nbytes, ready in buckets(profile.grads, levers.bucket_mb):
@@ -174,7 +183,7 @@ def predict(profile: Profile, net: Network, nodes: int, levers: Levers = Levers(
         communication += seconds
     exposed = max(0.0, done - profile.backward) if communication else 0.0
     compute = k * (profile.forward + profile.backward) + profile.update
-    fixed = allreduce_seconds(4, world, net) / profile.log_every
+    fixed = allreduce_seconds(SMALL_MESSAGE, world, net) * (1 + 1 / profile.log_every)
     return Step(nodes, world, compute + exposed + fixed, compute, communication, exposed,
                 k * profile.batch_size * world)
 

@@ -3,7 +3,7 @@ several sizes on the first 2, 3, ... ranks (one rank per node), and let
 rank 0 write every point. Started on every node by the launcher
 (train/network.py), like training.
 
-    python -m workflow.scripts.train.netprobe --out network.json [--sizes-mb 0.004 1 16] [--repeats 5]
+    python -m workflow.scripts.train.netprobe --out network.json --log-dir D [--sizes-mb 0.004 1 16] [--repeats 5]
 
 Each point is the slowest rank's median time of `repeats` all-reduces of a
 float32 tensor of that size, after one unmeasured all-reduce.
@@ -11,6 +11,7 @@ float32 tensor of that size, after one unmeasured all-reduce.
 
 from __future__ import annotations
 
+import socket
 import statistics
 import time
 from pathlib import Path
@@ -18,7 +19,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from workflow.scripts.common import step
+from workflow.scripts.common import logs, step
 from workflow.scripts.common.atomic import write_json
 from workflow.scripts.launch import ranks
 from workflow.scripts.train import process_group
@@ -64,22 +65,19 @@ def main(argv=None) -> None:
     parser.add_argument("--sizes-mb", type=float, nargs="+", default=list(SIZES_MB))
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--timeout-minutes", type=float, default=5)
+    parser.add_argument("--log-dir", required=True, help="folder for rank<N>.log and rank<N>.exit")
     args = parser.parse_args(argv)
     env = ranks.read()
     torch.set_num_threads(1)
-    with process_group.joined("gloo", env.rank, env.world_size, args.timeout_minutes):
+    with logs.exit_status(args.log_dir, env.rank) as status, \
+            process_group.joined("gloo", env.rank, env.world_size, args.timeout_minutes):
         points = probe(env.world_size, env.rank, args.sizes_mb, args.repeats)
         hosts = [None] * env.world_size
-        dist.all_gather_object(hosts, _host())
+        dist.all_gather_object(hosts, socket.gethostname())
         if env.is_main:
             write_json(Path(args.out), {"hosts": hosts, "points": points})
         dist.barrier()
-
-
-def _host() -> str:
-    import socket
-
-    return socket.gethostname()
+        status.trained(exit_within=60)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ gloo group, with the fused AdamW that training uses.
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from pathlib import Path
@@ -110,13 +111,29 @@ def one_step(ddp, optimizer, batch, ready: ReadyTimes, autocast) -> tuple[float,
     return forward_end - start, backward_end - forward_end, time.perf_counter() - backward_end, ready.offsets()
 
 
-def measure(model, batch: dict, steps: int, warmup: int, precision: str) -> dict:
+def wait_for_parties(barrier: str | None, parties: int) -> None:
+    """Start together with `parties` profiles (measuring under contention:
+    several ranks sharing a node's cores), or at once without a barrier."""
+    if not barrier:
+        return
+    folder = Path(barrier)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / str(os.getpid())).touch()
+    deadline = time.time() + 600
+    while len(list(folder.iterdir())) < parties:
+        if time.time() > deadline:
+            raise UserError(f"profile: only {len(list(folder.iterdir()))} of {parties} profiles reached {barrier}")
+        time.sleep(0.05)
+
+
+def measure(model, batch: dict, steps: int, warmup: int, precision: str, barrier=None, parties: int = 1) -> dict:
     """Median times over `steps` steps after `warmup`, on a one-rank group."""
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     try:
         ddp = DDP(model, gradient_as_bucket_view=True)
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=True)
         ready = ReadyTimes(model)
+        wait_for_parties(barrier, parties)
         runs = [one_step(ddp, optimizer, batch, ready, autocast_for(precision)) for _ in range(warmup + steps)]
         del ddp
     finally:
@@ -148,14 +165,14 @@ def load(path: str) -> dict:
     return read_json(path)
 
 
-def profile(config: dict, environment: str | None, steps: int, warmup: int) -> dict:
+def profile(config: dict, environment: str | None, steps: int, warmup: int, barrier=None, parties=1) -> dict:
     precision, threads = decisions(config, environment)
     torch.set_num_threads(threads)
     train, plan = config["train"], config.get("plan") or {}
     seq_len = plan.get("seq_len") or train["max_seq_length"]
     model = build_model(config["model"], config["task"])
     batch = random_batch(model, train["batch_size"], seq_len, tasks.get_task(config["task"]).is_qa)
-    times = measure(model, batch, steps, warmup, precision)
+    times = measure(model, batch, steps, warmup, precision, barrier, parties)
     costs = compress_cost.measure(model)
     return {"model": config["model"], "parameters": sum(p.numel() for p in model.parameters()),
             "batch_size": train["batch_size"], "seq_len": seq_len, "precision": precision, "threads": threads,
@@ -170,8 +187,10 @@ def main(argv=None) -> None:
     parser.add_argument("--out", required=True)
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--barrier", help="folder where --parties profiles meet to start together")
+    parser.add_argument("--parties", type=int, default=1)
     args = parser.parse_args(argv)
-    result = profile(load(args.config), args.environment, args.steps, args.warmup)
+    result = profile(load(args.config), args.environment, args.steps, args.warmup, args.barrier, args.parties)
     write_json(args.out, result)
     print(f"profile: {result['model']}, batch {result['batch_size']} x {result['seq_len']} tokens, "
           f"{result['threads']} thread(s), {result['precision']}: forward {result['forward']:.3f} s, backward "
