@@ -107,7 +107,8 @@ def experiment(cluster, tiny_model_dir):
         "train": {"epochs": 100, "max_steps": STEPS, "batch_size": BATCH, "max_seq_length": SEQ_LEN,
                   "precision": "fp32", "checkpoint_every": 0, "log_every": 100},
         "distributed": {"backend": "gloo", "processes_per_node": 1, "threads_per_process": 1, "mpi": "intel",
-                        "timeout_minutes": 3, "exit_grace_seconds": 20, "retries": 0}})
+                        "timeout_minutes": 3, "exit_grace_seconds": 20, "retries": 0,
+                        "bucket_cap_mb": 2}})
     (work / "data.json").write_text(json.dumps(base))
     load.main(["--config", str(work / "data.json"), "--out", str(work / "raw")])
     tokenize.main(["--config", str(work / "data.json"), "--data", str(work / "raw"), "--out", str(work / "tok")])
@@ -186,10 +187,9 @@ def contended_profile(cluster, base: dict, nodes: int) -> Profile:
 
 
 def measured_split(metrics: dict) -> dict:
-    """Mean over ranks of each rank's timed updates."""
-    splits = [r["step_split"] for r in metrics["ranks"]]
-    keys = ("update_seconds", "compute_seconds", "exposed_seconds", "communication_seconds", "overlap_seconds")
-    return {k: sum(s[k] for s in splits) / len(splits) for k in keys} | {"buckets": splits[0]["buckets"]}
+    """The slowest rank's timed updates (the others wait for it, which
+    their own split counts as communication)."""
+    return max((r["step_split"] for r in metrics["ranks"]), key=lambda split: split["compute_seconds"])
 
 
 @pytest.fixture(scope="module")
@@ -225,13 +225,16 @@ def test_allreduce_time_follows_bytes_hosts_and_bandwidth(network_at):
 
 def test_plan_predicts_step_time_on_2_3_4_hosts(cluster, experiment, network_at):
     """Real DDP runs against the plan fed by the contended single-node
-    profile and the measured network: step time within TOLERANCE each."""
-    profiles = {nodes: contended_profile(cluster, experiment, nodes) for nodes in HOSTS}
+    profile and the measured network: step time within TOLERANCE each.
+    (The network's own CPU work, the gloo threads' sums and the kernel's
+    forwarding, shares the cores with compute; at these bandwidths it is
+    small, at several Gbit/s it is not, and the test says so by failing.)"""
     levers = Levers(bucket_mb=experiment["distributed"]["bucket_cap_mb"])
-    rows, errors = [], {}
-    for gbit in GBIT:
-        _, net = network_at(gbit)
-        for nodes in HOSTS:
+    rows, errors, profiles = [], {}, {}
+    for nodes in HOSTS:
+        profiles[nodes] = contended_profile(cluster, experiment, nodes)  # just before its runs: same load
+        for gbit in GBIT:
+            _, net = network_at(gbit)
             measured = measured_split(train(cluster, experiment, nodes))
             step = predict(profiles[nodes], net, nodes, levers)
             errors[gbit, nodes] = step.seconds / measured["update_seconds"] - 1

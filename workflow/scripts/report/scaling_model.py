@@ -7,7 +7,8 @@ One update on W = nodes x ranks-per-node ranks takes
 
 k micro-batches of accumulation each compute forward and backward; only the
 last all-reduces its gradients. DDP groups the gradients into buckets in the
-order backward produces them (the first 1 MB, then `bucket_mb` each) and
+order backward produces them (`bucket_mb` each: cpuddp always passes
+bucket_cap_mb, and then DDP makes no small first bucket) and
 all-reduces them one after the other, each as soon as it is ready and the
 previous one is done. A ring all-reduce of b bytes takes
 
@@ -24,10 +25,11 @@ report and `make compare` use it without the training stack.
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import asdict, dataclass, field, replace
 
-FIRST_BUCKET_MB = 1.0  # torch.distributed's _DEFAULT_FIRST_BUCKET_BYTES
 MB = 1024 * 1024  # DDP's bucket_cap_mb counts MiB
+LARGE = 1e6  # bytes: all-reduces this large tell the bandwidth, smaller ones the latency
 SMALL_MESSAGE = 4096  # bytes: module buffers (position ids), the logged loss
 COMPRESSIONS = ("none", "fp16", "bf16", "powersgd")
 # All-reduces per bucket: PowerSGD reduces the uncompressed tensors, then P, then Q.
@@ -124,12 +126,11 @@ def buckets(grads, bucket_mb: float) -> list[tuple[int, float]]:
     """(bytes, ready time) of each DDP bucket: gradients in the order they
     are ready, a bucket closed once it holds at least its cap."""
     out, size, ready = [], 0, 0.0
-    cap = FIRST_BUCKET_MB * MB
     for nbytes, when in grads:
         size, ready = size + int(nbytes), max(ready, float(when))
-        if size >= cap:
+        if size >= bucket_mb * MB:
             out.append((size, ready))
-            size, cap = 0, bucket_mb * MB
+            size = 0
     if size:
         out.append((size, ready))
     return out
@@ -197,24 +198,25 @@ def efficiency(profile: Profile, net: Network, nodes: int, levers: Levers = Leve
 
 
 def fit_network(points: list[dict], name: str = "measured") -> Network:
-    """Bandwidth and latency from all-reduce times {ranks, bytes, seconds}:
-    least squares of seconds = 2(W-1) latency + 2(W-1)/W bytes / bandwidth,
-    each point weighted by 1/seconds (relative errors: small messages count)."""
-    rows = [(2 * (p["ranks"] - 1), 2 * (p["ranks"] - 1) / p["ranks"] * p["bytes"], p["seconds"])
+    """Bandwidth and latency from all-reduce times {ranks, bytes, seconds}
+    of the ring's form seconds = 2(W-1) latency + 2(W-1)/W bytes / bandwidth:
+    the bandwidth from the points of at least LARGE bytes (least squares
+    through the latency they imply), the latency from the median of the
+    smaller ones once their bandwidth share is taken away."""
+    rows = [(2 * (p["ranks"] - 1), 2 * (p["ranks"] - 1) / p["ranks"] * p["bytes"], p["seconds"], p["bytes"])
             for p in points if p["ranks"] > 1 and p["seconds"] > 0]
-    if len({x2 for _, x2, _ in rows}) < 2:
-        raise ValueError("network: need all-reduce times of at least two sizes to fit bandwidth and latency")
-    w = [1 / t for _, _, t in rows]
-    s11 = sum(wi * wi * a * a for wi, (a, _, _) in zip(w, rows))
-    s12 = sum(wi * wi * a * b for wi, (a, b, _) in zip(w, rows))
-    s22 = sum(wi * wi * b * b for wi, (_, b, _) in zip(w, rows))
-    r1 = sum(wi * wi * a * t for wi, (a, _, t) in zip(w, rows))
-    r2 = sum(wi * wi * b * t for wi, (_, b, t) in zip(w, rows))
+    large = [r for r in rows if r[3] >= LARGE]
+    small = [r for r in rows if r[3] < LARGE] or rows
+    if len({r[1] for r in large}) < 2:
+        raise ValueError(f"network: need all-reduce times of at least two sizes of {LARGE / 1e6:g} MB or more")
+    # seconds = a * hops + b * x over the large points (ordinary least squares, two unknowns)
+    s11, s12, s22 = (sum(r[0] * r[0] for r in large), sum(r[0] * r[1] for r in large),
+                     sum(r[1] * r[1] for r in large))
+    r1, r2 = sum(r[0] * r[2] for r in large), sum(r[1] * r[2] for r in large)
     det = s11 * s22 - s12 * s12
-    latency, per_byte = (r1 * s22 - r2 * s12) / det, (s11 * r2 - s12 * r1) / det
+    per_byte = (s11 * r2 - s12 * r1) / det if det else r2 / s22
     if per_byte <= 0:
         raise ValueError("network: the all-reduce times do not grow with size; measure larger sizes")
-    if latency < 0:  # bandwidth alone explains them
-        latency, per_byte = 0.0, sum(wi * wi * b * t for wi, (_, b, t) in zip(w, rows)) / s22
+    latency = max(0.0, statistics.median((t - per_byte * x) / hops for hops, x, t, _ in small))
     net = Network(1 / per_byte, latency)
     return replace(net, name=f"{name}: {net.gbit:.3g} Gbit/s, {latency * 1e6:.0f} us")
