@@ -65,3 +65,24 @@ def tuned_layout(wildcards):
 
 def dist_of(wildcards):
     return RUNS[wildcards.run]["distributed"]
+
+
+# The scaling plan (README, Scaling): the run with the most nodes is where
+# the network between the nodes is measured.
+WIDEST_RUN = max(RUNS, key=lambda r: RUNS[r]["distributed"]["nodes"])
+
+
+def plan_network(wildcards):
+    """The measured network, when the plan measures one (plan.measure_network)."""
+    measure = CONFIG["plan"]["measure_network"]
+    nodes = RUNS[WIDEST_RUN]["distributed"]["nodes"]
+    if measure is True or (measure == "auto" and nodes > 1):
+        return f"{RESULTS}/plan/network.json"
+    return []
+
+
+def plan_outputs():
+    """The plan's files, in `rule all` when plan.report is set."""
+    if not CONFIG["plan"]["report"]:
+        return []
+    return [f"{RESULTS}/plan/plan.{ext}" for ext in ("json", "md", "html", "png")]
