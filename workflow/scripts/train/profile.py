@@ -153,8 +153,8 @@ def decisions(config: dict, environment: str | None) -> tuple[str, int]:
     cpu = hardware.cpu_summary()
     dist_cfg = config["distributed"]
     precision = describe.choose_precision(config["train"]["precision"], cpu["isa_flags"])[0]
-    return precision, describe.threads_per_process(dist_cfg["threads_per_process"], dist_cfg["processes_per_node"],
-                                                   cpu)
+    threads = describe.threads_per_process(dist_cfg["threads_per_process"], dist_cfg["processes_per_node"], cpu)
+    return precision, min(threads, hardware.usable_cores(cpu))  # an experiment written for bigger nodes
 
 
 def load(path: str) -> dict:
