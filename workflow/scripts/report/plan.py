@@ -102,7 +102,8 @@ def main(argv=None) -> None:
     parser.add_argument("--network", help="network.json of train/network.py (measured all-reduce times)")
     parser.add_argument("--bandwidth-gbit", dest="bandwidth_gbit", type=float, nargs="+")
     parser.add_argument("--latency-us", dest="latency_us", type=float)
-    parser.add_argument("--step-seconds", dest="step_seconds", type=float, help="a stated single-node step time (0: the measured one)")
+    parser.add_argument("--step-seconds", dest="step_seconds", type=float,
+                        help="a stated single-node step time (0: the measured one)")
     parser.add_argument("--target", dest="target_efficiency", type=float)
     parser.add_argument("--max-nodes", dest="max_nodes", type=int)
     parser.add_argument("--out-dir", help="writes plan.json, plan.md, plan.html and plan.png there")
