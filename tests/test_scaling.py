@@ -12,9 +12,11 @@ Root only (`make test-scaling`, which sets these; defaults in brackets):
 
 All "hosts" share this machine's cores: host i runs on core i mod cores
 (taskset through the map), so 3 or 4 hosts put 2 ranks on a core. The plan
-is fed what a node's step costs under that same sharing: the profile runs
-as many single-node copies at once, on the same cores, started together,
-and the slowest one is the node's step (DDP waits for the slowest rank).
+is fed what a node's step costs under that same sharing: as many one-rank
+trainings as hosts (the real training loop, no network) run at once, pinned
+alike, and the slowest one's step is the node's (DDP waits for the slowest
+rank); the step's shape (forward, backward, when each gradient is ready)
+comes from train/profile.py.
 """
 
 from __future__ import annotations
@@ -168,22 +170,40 @@ def train(cluster, base: dict, nodes: int) -> dict:
     return json.loads((folder / "train_metrics.json").read_text())
 
 
-def contended_profile(cluster, base: dict, nodes: int) -> Profile:
+@pytest.fixture(scope="module")
+def step_shape(cluster, experiment) -> Profile:
+    """One rank's step alone: forward, backward, update and when each
+    gradient is ready (train/profile.py), for the shape of the step."""
+    folder, train_json = run_config(cluster, experiment, 1)
+    done = subprocess.run(["taskset", "-c", "0", sys.executable, "-m", "workflow.scripts.train.profile", "--config",
+                           str(train_json), "--environment", str(folder / "environment.json"), "--out",
+                           str(folder / "profile.json"), "--steps", "5", "--warmup", "2"],
+                          cwd=REPO, env=host_env(cluster[3]), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return Profile.from_dict(json.loads((folder / "profile.json").read_text()))
+
+
+def contended_step(cluster, base: dict, nodes: int) -> float:
     """One node's step while `nodes` ranks share the cores as on the test
-    hosts: as many profiles at once, pinned alike; the slowest counts."""
+    hosts: as many one-rank trainings at once (the real loop, no network),
+    pinned alike; the slowest one's mean update counts."""
     work = cluster[0]
-    folder, train_json = run_config(cluster, base, 1)
-    procs = [subprocess.Popen(["taskset", "-c", str(i % CORES), sys.executable, "-m", "workflow.scripts.train.profile",
-                               "--config", str(train_json), "--environment", str(folder / "environment.json"),
-                               "--out", str(folder / f"profile{i}.json"), "--steps", "5", "--warmup", "2",
-                               "--barrier", str(folder / "barrier"), "--parties", str(nodes)],
-                              cwd=REPO, env=host_env(work / "netns.map"), stdout=subprocess.DEVNULL,
-                              stderr=subprocess.PIPE, text=True) for i in range(nodes)]
+    folders = []
+    procs = []
+    for i in range(nodes):
+        folder, train_json = run_config(cluster, base, 1)
+        env = {**host_env(cluster[3]), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(29700 + i)}
+        procs.append(subprocess.Popen(
+            ["taskset", "-c", str(i % CORES), sys.executable, "-m", "workflow.scripts.train.rank", "--config",
+             str(train_json), "--environment", str(folder / "environment.json"), "--data", str(work / "tok"),
+             "--out", str(folder), "--log-dir", str(folder / "logs")],
+            cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
+        folders.append(folder)
     for proc in procs:
         _, err = proc.communicate(timeout=300)
         assert proc.returncode == 0, err[-3000:]
-    profiles = [Profile.from_dict(json.loads((folder / f"profile{i}.json").read_text())) for i in range(nodes)]
-    return max(profiles, key=lambda p: p.step)
+    splits = [json.loads((f / "train_metrics.json").read_text())["ranks"][0]["step_split"] for f in folders]
+    return max(split["update_seconds"] for split in splits)
 
 
 def measured_split(metrics: dict) -> dict:
@@ -223,16 +243,18 @@ def test_allreduce_time_follows_bytes_hosts_and_bandwidth(network_at):
     print("\nGbit/s hosts        MB   measured ms   model ms\n" + "\n".join(lines))
 
 
-def test_plan_predicts_step_time_on_2_3_4_hosts(cluster, experiment, network_at):
-    """Real DDP runs against the plan fed by the contended single-node
-    profile and the measured network: step time within TOLERANCE each.
+def test_plan_predicts_step_time_on_2_3_4_hosts(cluster, experiment, network_at, step_shape):
+    """Real DDP runs against the plan fed by the single-node step measured
+    under the same contention (its shape from the profile) and the measured
+    network: step time within TOLERANCE each.
     (The network's own CPU work, the gloo threads' sums and the kernel's
     forwarding, shares the cores with compute; at these bandwidths it is
     small, at several Gbit/s it is not, and the test says so by failing.)"""
     levers = Levers(bucket_mb=experiment["distributed"]["bucket_cap_mb"])
     rows, errors, profiles = [], {}, {}
     for nodes in HOSTS:
-        profiles[nodes] = contended_profile(cluster, experiment, nodes)  # just before its runs: same load
+        step = contended_step(cluster, experiment, nodes)  # just before its runs: the same load
+        profiles[nodes] = step_shape.scaled_to(step, f"{nodes} one-rank runs at once")
         for gbit in GBIT:
             _, net = network_at(gbit)
             measured = measured_split(train(cluster, experiment, nodes))
