@@ -32,5 +32,5 @@ HOSTS ?= 2 3 4
 .PHONY: test-scaling
 test-scaling: venv
 	@test "$$(id -u)" = 0 || { echo "test-scaling needs root (ip netns, tc)" >&2; exit 1; }
-	CPUDDP_SCALING_GBIT="$(GBIT)" CPUDDP_SCALING_LATENCY_US="$(LATENCY_US)" CPUDDP_SCALING_HOSTS="$(HOSTS)" \
+	CPUDDP_SCALING=1 CPUDDP_SCALING_GBIT="$(GBIT)" CPUDDP_SCALING_LATENCY_US="$(LATENCY_US)" CPUDDP_SCALING_HOSTS="$(HOSTS)" \
 		PATH=$(CURDIR)/$(BIN):$$PATH timeout 900 $(BIN)/python -m pytest -q -s tests/test_scaling.py
