@@ -73,10 +73,12 @@ WIDEST_RUN = max(RUNS, key=lambda r: RUNS[r]["distributed"]["nodes"])
 
 
 def plan_network(wildcards):
-    """The measured network, when the plan measures one (plan.measure_network)."""
+    """The measured network, when the plan measures one (plan.measure_network;
+    auto: a hostfile run on 2 or more nodes, not under Slurm)."""
     measure = CONFIG["plan"]["measure_network"]
-    nodes = RUNS[WIDEST_RUN]["distributed"]["nodes"]
-    if measure is True or (measure == "auto" and nodes > 1):
+    dist = RUNS[WIDEST_RUN]["distributed"]
+    hostfile_run = dist["nodes"] > 1 and dist.get("launcher") != "srun"
+    if measure is True or (measure == "auto" and hostfile_run):
         return f"{RESULTS}/plan/network.json"
     return []
 
