@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test lint test-teardown test-chaos bench bench-quant clean report compare
+.PHONY: venv demo test lint test-teardown test-chaos bench bench-quant clean report compare plan
 
 include mk/cluster.mk
 include mk/intel.mk
@@ -40,6 +40,23 @@ report: venv
 compare: venv
 	@test -n "$(A)" || { echo "usage: make compare A=<experiment> [B=<experiment>]" >&2; exit 2; }
 	$(BIN)/python -m workflow.scripts.report.compare $(A) $(B)
+
+# The scaling plan of an experiment (README, Scaling): one node's step
+# measured here once (results/<EXP>/plan/profile.json; delete it to measure
+# again), then the prediction for 1-64 nodes, each lever and the experiment's
+# plan.bandwidth_gbit networks (table, recommendation, chart):
+#   make plan EXP=blog-mrpc-nodes [PLAN_ARGS="--bandwidth-gbit 10 25 --latency-us 50 --step-seconds 1.35"]
+# With a hostfile, `snakemake --profile profiles/xeon plan --configfile ...`
+# also measures the network between the nodes.
+PLAN_ARGS ?=
+plan: venv results/$(EXP)/plan/profile.json
+	$(BIN)/python -m workflow.scripts.report.plan --profile results/$(EXP)/plan/profile.json \
+		--config experiments/$(EXP).yaml --out-dir results/$(EXP)/plan $(PLAN_ARGS)
+
+results/%/plan/profile.json:
+	@test -f experiments/$*.yaml || { echo "make plan: no experiments/$*.yaml (EXP=<experiment name>)" >&2; exit 2; }
+	mkdir -p $(@D)
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m workflow.scripts.train.profile --config experiments/$*.yaml --out $@
 
 test: venv
 	@$(MAKE) --no-print-directory intel-venv-background

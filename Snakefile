@@ -36,3 +36,4 @@ rule all:
     default_target: True
     input:
         rules.report_summary.output,
+        plan_outputs(),

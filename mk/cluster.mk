@@ -31,3 +31,17 @@ test-multinode: venv
 test-slurm: venv
 	@test "$$(id -u)" = 0 || { echo "test-slurm needs root (ip netns, the Slurm daemons)" >&2; exit 1; }
 	PATH=$(CURDIR)/$(BIN):$$PATH timeout 900 $(BIN)/python -m pytest -q -s tests/test_slurm.py
+
+# The shaped-network test cluster (README, Scaling): 4 test hosts whose links
+# get a bandwidth (tc tbf) and, where the kernel has sch_netem, a latency; the
+# all-reduce measured against bytes, hosts and bandwidth, and the scaling
+# plan checked against real DDP runs on 2, 3 and 4 hosts (within 15%).
+#   make test-scaling [GBIT="0.5 1"] [LATENCY_US=0] [HOSTS="2 3 4"]
+GBIT ?= 0.5 1
+LATENCY_US ?= 0
+HOSTS ?= 2 3 4
+.PHONY: test-scaling
+test-scaling: venv
+	@test "$$(id -u)" = 0 || { echo "test-scaling needs root (ip netns, tc)" >&2; exit 1; }
+	CPUDDP_SCALING=1 CPUDDP_SCALING_GBIT="$(GBIT)" CPUDDP_SCALING_LATENCY_US="$(LATENCY_US)" CPUDDP_SCALING_HOSTS="$(HOSTS)" \
+		PATH=$(CURDIR)/$(BIN):$$PATH timeout 900 $(BIN)/python -m pytest -q -s tests/test_scaling.py

@@ -96,3 +96,26 @@ def deploy_inputs(wildcards):
 def runtime_evaluations(wildcards):
     """The side-by-side evaluations of the runs that quantize (the summary reads them)."""
     return [f"{RESULTS}/{run}/eval_runtimes.json" for run in RUNS if quantizing(run)]
+
+
+# The scaling plan (README, Scaling): the run with the most nodes is where
+# the network between the nodes is measured.
+WIDEST_RUN = max(RUNS, key=lambda r: RUNS[r]["distributed"]["nodes"])
+
+
+def plan_network(wildcards):
+    """The measured network, when the plan measures one (plan.measure_network;
+    auto: a hostfile run on 2 or more nodes, not under Slurm)."""
+    measure = CONFIG["plan"]["measure_network"]
+    dist = RUNS[WIDEST_RUN]["distributed"]
+    hostfile_run = dist["nodes"] > 1 and dist.get("launcher") != "srun"
+    if measure is True or (measure == "auto" and hostfile_run):
+        return f"{RESULTS}/plan/network.json"
+    return []
+
+
+def plan_outputs():
+    """The plan's files, in `rule all` when plan.report is set."""
+    if not CONFIG["plan"]["report"]:
+        return []
+    return [f"{RESULTS}/plan/plan.{ext}" for ext in ("json", "md", "html", "png")]

@@ -74,3 +74,43 @@ rule report_summary:
         " {params.runs:q} --out {output.summary} 2> {log}"
         " && python -m workflow.scripts.report.render --summary {output.summary} --config {input.cfg}"
         " --results {params.results:q} --out-dir {params.report_dir:q} 2>> {log}"
+
+
+# The scaling plan: predicted efficiency on 1 to plan.max_nodes nodes for
+# each lever, printed and marked for the report (in `rule all` with
+# plan.report: true).
+rule plan_scaling:
+    input:
+        cfg=f"{RESULTS}/config/plan.json",
+        profile=f"{RESULTS}/plan/profile.json",
+        network=plan_network,
+    output:
+        plan=f"{RESULTS}/plan/plan.json",
+        text=f"{RESULTS}/plan/plan.md",
+        table=report(
+            f"{RESULTS}/plan/plan.html",
+            caption="../report/plan.rst",
+            category="Scaling plan",
+            labels={"table": "efficiency"},
+        ),
+        chart=report(
+            f"{RESULTS}/plan/plan.png",
+            caption="../report/plan.rst",
+            category="Scaling plan",
+            labels={"chart": "efficiency"},
+        ),
+    log:
+        f"logs/plan_scaling/{EXP}.log",
+    conda:
+        "../../envs/cpuddp.yaml"
+    params:
+        network=lambda wc, input: f"--network {input.network}" if input.network else "",
+        out_dir=lambda wc, output: os.path.dirname(output.plan),
+    shell:
+        "python -m workflow.scripts.report.plan --profile {input.profile} --config {input.cfg} {params.network}"
+        " --out-dir {params.out_dir:q} > {log} 2>&1 && cat {output.text}"
+
+
+rule plan:
+    input:
+        rules.plan_scaling.output,

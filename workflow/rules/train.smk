@@ -68,3 +68,43 @@ rule tune_layout:
 rule tune:
     input:
         f"{RESULTS}/tune/layout.json",
+
+
+# The scaling plan's measurements (README, Scaling): one rank's step on this
+# node, and the network between the nodes of the widest run (through the
+# launcher that trains). `snakemake ... plan` runs them.
+rule plan_profile:
+    input:
+        cfg=f"{RESULTS}/config/plan.json",
+        env=f"{RESULTS}/{FIRST_RUN}/environment.json",
+    output:
+        f"{RESULTS}/plan/profile.json",
+    log:
+        f"logs/plan_profile/{EXP}.log",
+    conda:
+        "../../envs/cpuddp.yaml"
+    threads: workflow.cores
+    resources:
+        mpi=1,
+    shell:
+        "python -m workflow.scripts.train.profile --config {input.cfg} --environment {input.env}"
+        " --out {output} 2> {log}"
+
+
+rule plan_network:
+    input:
+        cfg=f"{RESULTS}/{WIDEST_RUN}/config/train.json",
+        env=f"{RESULTS}/{WIDEST_RUN}/environment.json",
+    output:
+        f"{RESULTS}/plan/network.json",
+    log:
+        f"logs/plan_network/{EXP}.log",
+    conda:
+        "../../envs/cpuddp.yaml"
+    resources:
+        mpi=1,
+    params:
+        rank_logs=f"logs/plan_network/{EXP}",
+    shell:
+        "python -m workflow.scripts.train.network --config {input.cfg} --environment {input.env}"
+        " --out {output} --log-dir {params.rank_logs} 2> {log}"

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 
-SHARED_STAGES = ("data", "tokenize", "report")  # one per experiment
+SHARED_STAGES = ("data", "tokenize", "report", "plan")  # one per experiment
 RUN_STAGES = ("environment", "train", "evaluate", "convert", "quantize", "runtimes")  # one per run of a sweep
 # The gates are not what quantize_static depends on: changing them reruns evaluate_runtimes only.
 GATES = ("max_accuracy_drop", "min_speedup")
@@ -24,6 +24,8 @@ def stage_config(stage: str, config: dict) -> dict:
         "data": lambda: {"task": config["task"], "data": data_slice(config)},
         "tokenize": lambda: {**model, "train": pick(config["train"], "max_seq_length", "doc_stride")},
         "report": lambda: {k: config.get(k) for k in ("experiment", "task", "model", "published")},
+        "plan": lambda: {**model, **{k: config.get(k) for k in ("experiment", "published", "sweep", "plan")},
+                         "train": config["train"], "distributed": config["distributed"]},
         "environment": lambda: {"distributed": config["distributed"],
                                 "train": pick(config["train"], "precision", "ipex")},
         "train": lambda: {**model, "train": config["train"], "distributed": config["distributed"]},

@@ -49,6 +49,8 @@ class Side:
     summary: dict | None
     published: dict | None
     configfile: Path | None = None
+    plan: dict | None = None  # results/<experiment>/plan/plan.json, once `make plan` wrote it
+    nodes: dict | None = None  # run name -> nodes
 
     def entries(self) -> list[dict]:
         """The summary's run entries; none before the experiment ran."""
@@ -71,7 +73,10 @@ def _experiment_file(path: Path, results: Path) -> Side:
     name = config["experiment"]
     summary_path = results / name / "summary.json"
     summary = read_json(summary_path) if summary_path.is_file() else None
-    return Side(name, summary, config.get("published"), path)
+    plan_path = results / name / "plan" / "plan.json"
+    plan = read_json(plan_path) if plan_path.is_file() else None
+    nodes = {run: c["distributed"]["nodes"] for run, c in cfg.runs(config).items()}
+    return Side(name, summary, config.get("published"), path, plan, nodes)
 
 
 def load_side(spec: str, results: Path = Path("results"), experiments: Path = EXPERIMENTS) -> Side:
@@ -153,8 +158,28 @@ def compare(a: Side, b: Side | None = None) -> str:
                 continue
             last = ratio(values[0], values[2]) if b else ratio(values[1], values[0])
             lines.append(_row([label_run, label] + [cell(v) for v in values] + [last]))
+        if not b:
+            lines += [_row([label_run, label, cell(value), cell(published), ratio(published, value)])
+                      for label, value, published in plan_rows(a, pair[0])]
     notes = [_note(side) for side in sides]
     return "\n".join([f"# {' vs '.join(s.name for s in sides)}", ""] + notes + [""] + lines) + "\n"
+
+
+def plan_rows(side: Side, run: str | None) -> list[tuple[str, float, float | None]]:
+    """The plan's predicted speedup and efficiency of a run on its node count
+    (first network, no levers), beside the published speedup."""
+    if not side.plan or not side.nodes or run not in side.nodes:
+        return []
+    rows = side.plan["predictions"]
+    network = rows[0]["network"]
+    at = next((r for r in rows if r["network"] == network and r["levers"] == rows[0]["levers"]
+               and r["nodes"] == side.nodes[run]), None)
+    if at is None:
+        return []
+    published = side.figures().get(run, {})
+    return [(f"speedup (plan, {network})", round(at["speedup"], 3), published.get("speedup")),
+            (f"efficiency (plan, {network})", round(at["efficiency"], 3),
+             published["speedup"] / side.nodes[run] if "speedup" in published else None)]
 
 
 def _row(cells: list[str]) -> str:
@@ -167,6 +192,8 @@ def _note(side: Side) -> str:
         parts = [f"not run yet (no results/{side.name}/summary.json{where})"]
     else:
         parts = [f"baseline run {side.summary.get('baseline') or side.summary['runs'][0]['run']}"]
+    if side.plan:
+        parts.append(f"plan: {side.plan['inputs'][0]}")
     if side.published:
         parts.append(f"published: {' '.join(str(side.published['source']).split())}")
     return f"- {side.name}: " + "; ".join(parts)

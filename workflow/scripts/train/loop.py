@@ -26,6 +26,7 @@ def train_step(t: TrainingState, micro_batches: list) -> torch.Tensor:
     by their count, so the update equals that of one batch holding them all
     (the micro-batches are of equal size)."""
     total = torch.zeros(())
+    t.comm.begin_update()
     for i, batch in enumerate(micro_batches):
         last = i == len(micro_batches) - 1
         with contextlib.nullcontext() if last else t.ddp_model.no_sync(), t.autocast():

@@ -57,6 +57,7 @@ def rank_record(env: DistEnv, model, threads: int, comm: CommTimer) -> dict:
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "allreduce_wait_share": comm.wait_share(),
         **comm.counts(),
+        "step_split": comm.step_split(),
         "weights_sha256": weights_digest(model),
         "process_group": process_group.describe(),
     }

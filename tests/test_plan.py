@@ -1,0 +1,149 @@
+"""The scaling plan: the model's arithmetic, its buckets against real DDP's,
+the network fit, the recommendation, and the plan and compare commands."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO, write_config
+from workflow.scripts.report import plan_tables
+from workflow.scripts.report.scaling_model import (MB, Levers, Network, Profile, allreduce_seconds, buckets,
+                                                   fit_network, predict)
+
+NET = Network.stated(10, 50)  # 1.25e9 bytes/s, 50 us
+
+
+def profile(**changes) -> Profile:
+    """1 s forward, 2 s backward, 0.5 s update; 100 MB of gradients ready
+    evenly over backward, the last 40 MB (embeddings) at its very end."""
+    grads = [[6 * MB, 0.2 * (i + 1)] for i in range(10)] + [[40 * MB, 2.0]]
+    base = {"batch_size": 32, "forward": 1.0, "backward": 2.0, "update": 0.5, "grads": grads,
+            "compress_seconds_per_byte": {"fp16": 1e-10, "bf16": 1e-10, "powersgd": 1e-9}, "powersgd_ratio": 0.01}
+    return Profile(**{**base, **changes})
+
+
+def test_ring_allreduce_time():
+    assert allreduce_seconds(1e9, 1, NET) == 0
+    assert allreduce_seconds(1.25e9, 2, NET) == pytest.approx(1.0 + 2 * 50e-6)  # 2(N-1)/N = 1
+    assert allreduce_seconds(1.25e9, 4, NET) == pytest.approx(1.5 + 6 * 50e-6)
+    assert allreduce_seconds(1.25e9, 64, NET) < 2.0 + 126 * 50e-6 + 1e-9  # bandwidth term tends to 2 b/B
+
+
+def test_buckets_close_once_they_reach_the_cap():
+    grads = [[10 * MB, 0.1], [10 * MB, 0.2], [10 * MB, 0.3], [1 * MB, 0.4], [40 * MB, 0.5]]
+    assert buckets(grads, 25) == [(30 * MB, 0.3), (41 * MB, 0.5)]
+    assert buckets(grads, 5) == [(10 * MB, 0.1), (10 * MB, 0.2), (10 * MB, 0.3), (41 * MB, 0.5)]
+
+
+def test_one_node_is_compute_alone_and_more_nodes_pay_the_exposed_tail():
+    p = profile()
+    one = predict(p, NET, 1)
+    assert (one.seconds, one.communication, one.samples_per_second) == (3.5, 0.0, 32 / 3.5)
+    four = predict(p, NET, 4)
+    # 25 MB buckets: (30 MB ready at 1 s), (30 MB at 2 s), (40 MB at 2 s); the first is done long
+    # before backward ends, the other two both come after it
+    assert buckets(p.grads, 25) == [(30 * MB, 1.0), (30 * MB, 2.0), (40 * MB, 2.0)]
+    tail = allreduce_seconds(30 * MB, 4, NET) + allreduce_seconds(40 * MB, 4, NET)
+    assert four.exposed == pytest.approx(tail, rel=1e-9)
+    assert four.communication == pytest.approx(sum(allreduce_seconds(b, 4, NET) for b, _ in buckets(p.grads, 25)))
+    assert four.overlap == pytest.approx(four.communication - four.exposed)
+    assert four.seconds == pytest.approx(3.5 + four.exposed + allreduce_seconds(4096, 4, NET) * 1.1)
+    assert four.samples == 128
+
+
+def test_levers_change_what_they_should():
+    p = profile()
+    plain, fp16 = predict(p, NET, 8), predict(p, NET, 8, Levers(compression="fp16"))
+    assert fp16.exposed < plain.exposed and fp16.compute == plain.compute
+    acc = predict(p, NET, 8, Levers(accumulation=4))
+    assert acc.compute == pytest.approx(4 * 3.0 + 0.5) and acc.exposed == pytest.approx(plain.exposed)
+    assert acc.samples == 4 * plain.samples
+    free = profile(compress_seconds_per_byte={})  # PowerSGD sends 1% of the bytes, but its work counts
+    assert predict(free, NET, 8, Levers(compression="powersgd")).exposed < predict(free, NET, 8, Levers(
+        compression="fp16")).exposed < plain.exposed
+    assert predict(p, NET, 8, Levers(compression="powersgd")).exposed > fp16.exposed
+    with pytest.raises(ValueError, match="compression 'zip'"):
+        Levers(compression="zip")
+
+
+def test_stated_step_time_keeps_the_shape():
+    p = profile().scaled_to(7.0)
+    assert p.step == pytest.approx(7.0) and p.backward == pytest.approx(4.0) and p.grads[-1][1] == pytest.approx(4.0)
+
+
+def test_network_fit_recovers_bandwidth_and_latency():
+    truth = Network.stated(1, 120)
+    points = [{"ranks": w, "bytes": b, "seconds": allreduce_seconds(b, w, truth) * (1.02 if i % 2 else 0.98)}
+              for w in (2, 3, 4) for i, b in enumerate((4e3, 64e3, 1e6, 4e6, 16e6))]
+    net = fit_network(points)
+    assert net.gbit == pytest.approx(1, rel=0.05) and net.latency == pytest.approx(120e-6, rel=0.3)
+    with pytest.raises(ValueError, match="two sizes"):
+        fit_network(points[:1])
+
+
+def test_recommendation_and_where_efficiency_falls():
+    rows = plan_tables.predictions(profile(), [Network.stated(1, 50)], 16)
+    [rec] = plan_tables.recommend(rows, 0.9)
+    plain = [r for r in rows if r["levers"] == "no levers"]
+    assert rec["nodes_without_levers"] == plan_tables.nodes_at(plain, 0.9)
+    assert rec["nodes"] >= rec["nodes_without_levers"]
+    assert all(r["efficiency"] >= 0.9 for r in rows if r["levers"] == rec["levers"] and r["nodes"] <= rec["nodes"])
+    low = rec["below_75"]["no levers"]
+    assert low is None or plain[low - 1]["efficiency"] < 0.75 <= plain[low - 2]["efficiency"]
+
+
+def test_model_buckets_match_real_ddp(tiny_model_dir):
+    """The bucket sizes the model forms from a measured profile are the
+    ones DDP itself reduces (after its first-step rebuild), any cap."""
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from workflow.scripts.train import profile as measure
+    from workflow.scripts.train.comm import CommTimer
+
+    model = measure.build_model(str(tiny_model_dir), "mrpc")
+    batch = measure.random_batch(model, 4, 16, qa=False)
+    grads = measure.measure(model, batch, steps=2, warmup=1, precision="fp32")["grads"]
+    for cap_mb in (0.05, 1.0, 25.0):
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+        try:
+            ddp = DDP(measure.build_model(str(tiny_model_dir), "mrpc"), gradient_as_bucket_view=True,
+                      bucket_cap_mb=cap_mb)
+            timer = CommTimer(warmup=1)
+            ddp.register_comm_hook(timer, CommTimer.hook)
+            for _ in range(4):
+                timer.begin_update()
+                timer.backward(ddp(**batch).loss)
+            seen = [b["bytes"] for b in timer.step_split()["buckets"]]
+            del ddp
+        finally:
+            dist.destroy_process_group()
+        assert seen == [b for b, _ in buckets(grads, cap_mb)], cap_mb
+    assert torch.get_num_threads() >= 1
+
+
+def test_plan_command_prints_table_and_writes_chart(tmp_path):
+    path = tmp_path / "profile.json"
+    path.write_text(json.dumps({**profile().to_dict(), "model": "m", "seq_len": 128}))
+    experiment = write_config(tmp_path / "exp.yaml", {
+        "experiment": "e", "task": "mrpc", "model": "m", "distributed": {"hostfile": "h"},
+        "sweep": {"nodes": [1, 2, 4]}, "plan": {"bandwidth_gbit": [10], "max_nodes": 8},
+        "published": {"source": "s", "figures": {"n2": {"speedup": 1.7}, "n4": {"speedup": 3.0}}}})
+    done = subprocess.run([sys.executable, "-m", "workflow.scripts.report.plan", "--profile", str(path), "--config",
+                           str(experiment), "--latency-us", "20", "--out-dir", str(tmp_path / "out")],
+                          capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "| no levers | 100% |" in done.stdout and "10 Gbit/s, 20 us" in done.stdout
+    assert "for >= 90% efficiency use up to" in done.stdout
+    plan = json.loads((tmp_path / "out" / "plan.json").read_text())
+    assert plan["published_efficiency"] == {"2": 0.85, "4": 0.75}
+    assert (tmp_path / "out" / "plan.png").stat().st_size > 10_000
+    bad = subprocess.run([sys.executable, "-m", "workflow.scripts.report.plan", "--profile", str(path),
+                          "--bandwidth-gbit", "0"], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert bad.returncode == 1 and bad.stderr.strip().splitlines() == [
+        "error: network: bandwidth 0.0 Gbit/s must be > 0 and latency 50 us >= 0"]
