@@ -46,7 +46,7 @@ def run_entry(name: str, run_dir: Path) -> dict:
         "nodes": env["nodes"],
         "processes_per_node": env["processes_per_node"],
         "world_size": train["world_size"],
-        "hosts": list(dict.fromkeys(r["host"] for r in train["ranks"])),  # the nodes used, rank 0's first
+        "hosts": [h for h in dict.fromkeys(r.get("host") for r in train["ranks"]) if h],  # nodes used, rank 0's first
         "threads_per_process": train["threads_per_process"],
         "backend": train["backend"],
         "mpi": f"{env['mpi']['flavour']} {env['mpi']['version']}",
