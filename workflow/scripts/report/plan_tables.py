@@ -86,13 +86,15 @@ def recommendation_lines(recommendations: list[dict], max_nodes: int) -> list[st
             lines.append(f"{rec['network']}: no lever set reaches {target} efficiency on 2 nodes")
             continue
         below = rec["below_75"]
-        first = below[next(iter(below))]
-        lines.append(
-            f"{rec['network']}: for >= {target} efficiency use up to {rec['nodes']} nodes with {rec['levers']} "
-            f"({100 * rec['efficiency']:.0f}%, {rec['samples_per_second']:.1f} samples/s); without levers up to "
-            f"{rec['nodes_without_levers']}. Efficiency falls below 75% at "
-            f"{_count(first, max_nodes)} without levers, at {_count(below[rec['levers']], max_nodes)} with "
-            f"{rec['levers']}")
+        plain = below[next(iter(below))]
+        line = (f"{rec['network']}: for >= {target} efficiency use up to {rec['nodes']} nodes with "
+                f"{rec['levers']} ({100 * rec['efficiency']:.0f}%, {rec['samples_per_second']:.1f} samples/s)")
+        if rec["levers"] != next(iter(below)):
+            line += f"; without levers up to {rec['nodes_without_levers']}"
+        line += f". Efficiency falls below 75% at {_count(plain, max_nodes)} without levers"
+        if rec["levers"] != next(iter(below)):
+            line += f", at {_count(below[rec['levers']], max_nodes)} with {rec['levers']}"
+        lines.append(line)
     return lines
 
 
