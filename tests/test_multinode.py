@@ -24,7 +24,7 @@ import yaml
 from conftest import BIN, REPO, write_config
 from workflow.scripts.data import demo
 from workflow.scripts.launch import pin
-from workflow.scripts.nodes import check, describe, reach
+from workflow.scripts.nodes import check, describe, lines, reach
 from workflow.scripts.nodes import setup as node_setup
 
 sys.path.insert(0, str(REPO / "tests" / "netns"))
@@ -351,6 +351,19 @@ def test_setup_nodes_gives_a_node_without_the_workflow_a_copy(cluster, tmp_path)
     after, out, _ = run_check(cluster, names, cwd=src)
     assert after.returncode == 0, after.stderr[-3000:]
     assert [n["host"] for n in json.loads(out.read_text())["node_reports"]] == names
+
+
+def test_long_reports_survive_another_rank_in_between():
+    """srun passes output on in 1 KiB pieces: a 1.1 KB one-line report was cut
+    by the other task's (a real Slurm, about one check in two). In parts, the
+    lines of two ranks may come in any order."""
+    reports = {rank: {"rank": rank, "report": {"isa_flags": ["avx512f"] * 120, "host": f"n{rank}"}}
+               for rank in (0, 1)}
+    sent = {rank: lines.report_lines("NODE", rank, report) for rank, report in reports.items()}
+    assert len(sent[0]) > 1 and max(len(line) for line in sent[0]) < 1024
+    mixed = [line for pair in zip(sent[1], sent[0]) for line in pair]
+    assert reach.parse_reports("noise\n" + "\n".join(mixed) + "\n") == reports
+    assert reach.parse_reports("\n".join(sent[0][:-1] + sent[1])) == {1: reports[1]}  # rank 0 lost a part
 
 
 def test_reports_survive_interleaved_lines():

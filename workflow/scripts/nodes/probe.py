@@ -14,7 +14,7 @@ import sys
 
 from workflow.scripts.common.errors import run_cli
 from workflow.scripts.launch import ranks
-from workflow.scripts.nodes import describe
+from workflow.scripts.nodes import describe, lines
 
 
 
@@ -65,7 +65,8 @@ def report_line(args) -> None:
         line = {"rank": rank, "report": probe(json.loads(args.config_json), args.master_addr)}
     except Exception as err:  # reported by name on the launch node, never a silent rank
         line = {"rank": rank, "host": socket.gethostname(), "error": f"{type(err).__name__}: {err}"}
-    print("CPUDDP-NODE " + json.dumps(line), flush=True)
+    for text in lines.report_lines("NODE", rank, line):
+        print(text, flush=True)
 
 
 def main(argv=None) -> None:

@@ -1,6 +1,6 @@
 """Reach every node at once through the launcher that trains, one rank per
-node, and read one JSON line from each; when some do not answer, try each
-of those alone to name the node at fault."""
+node, and read one report from each (lines.py); when some do not answer,
+try each of those alone to name the node at fault."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import subprocess
 import tempfile
 
 from workflow.scripts.launch import command
+from workflow.scripts.nodes import lines
 
 TELLING = re.compile(r"ssh:|error|refused|denied|timed out|no route|not found|no module", re.I)
 
@@ -37,7 +38,8 @@ def run_bounded(argv: list[str], timeout: float, env=None) -> tuple[int | None, 
 
 
 def parse_reports(text: str, kind: str = "NODE") -> dict[int, dict]:
-    """Reports by rank; the launcher may put two ranks' lines on one."""
+    """Reports by rank: sent in parts (lines.py), or as one line each (node
+    set-up's short ones); the launcher may put two ranks' lines on one."""
     found, decoder, marker = {}, json.JSONDecoder(), f"CPUDDP-{kind} "
     for part in text.split(marker)[1:]:
         try:
@@ -45,7 +47,7 @@ def parse_reports(text: str, kind: str = "NODE") -> dict[int, dict]:
         except json.JSONDecodeError:
             continue  # cut by another rank's output: that rank counts as silent
         found[int(item["rank"])] = item
-    return found
+    return {**found, **lines.read_reports(text, kind)}
 
 
 def launch_per_node(config, mpi, hosts, program, timeout, env=None, kind="NODE") -> tuple[dict, int | None, str]:
