@@ -24,8 +24,24 @@ from workflow.scripts.common.errors import UserError
 from workflow.scripts.common.hostfile import check_nodes
 from workflow.scripts.launch import ccl
 
+# Below Linux's ephemeral range (32768-60999): the kernel never hands these
+# to outgoing connections (gloo opens many), so a port found free here is not
+# taken by one before rank 0 binds it.
+RENDEZVOUS_PORTS = range(20000, 32000)
+
+
 def free_port(address: str = "") -> int:
-    with socket.socket() as sock:
+    """A port nobody listens on, for rank 0's rendezvous."""
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.choice(RENDEZVOUS_PORTS)
+        with socket.socket() as sock:
+            try:
+                sock.bind((address, port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as sock:  # a crowded range: any free port
         sock.bind((address, 0))
         return sock.getsockname()[1]
 
