@@ -83,7 +83,7 @@ rule plan_profile:
         f"logs/plan_profile/{EXP}.log",
     conda:
         "../../envs/cpuddp.yaml"
-    threads: workflow.cores
+    threads: machine_cores()
     resources:
         mpi=1,
     shell:
