@@ -8,8 +8,12 @@ import argparse
 import json
 from pathlib import Path
 
+from typing import TypeVar
+
 from workflow.scripts.common.decisions import RunDecisions
 from workflow.scripts.common.errors import run_cli
+
+V = TypeVar("V")
 
 
 def parser(doc: str | None, config: bool = True, environment: bool = False) -> argparse.ArgumentParser:
@@ -23,7 +27,16 @@ def parser(doc: str | None, config: bool = True, environment: bool = False) -> a
 
 
 def read_config(args) -> dict:
+    """The whole configuration as a mapping (report, plan and the launcher,
+    which read more than one stage's slice)."""
     return json.loads(Path(args.config).read_text())
+
+
+def read_view(args, view: type[V]) -> V:
+    """The stage's configuration slice as its typed view (common/views.py).
+    A whole configuration works too (tests and benches pass one): the view
+    takes its part; inside a section every key must be known."""
+    return view.pick(read_config(args))
 
 
 def read_decisions(args) -> RunDecisions:

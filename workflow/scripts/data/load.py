@@ -5,20 +5,23 @@ from __future__ import annotations
 
 import datasets
 
-from workflow.scripts.common import config as cfg, step
+from workflow.scripts.common import step
 from workflow.scripts.common import tasks
 from workflow.scripts.common.atomic import atomic_dir
+from workflow.scripts.common.views import DataView
 from workflow.scripts.data.sources import load_hub, load_local
 
 datasets.disable_progress_bars()
 
 
-def load(config: dict):
+def load(config: DataView | dict):
     """Local files when the config names them, else the Hub."""
-    task = tasks.get_task(config["task"])
-    files = cfg.data_files(config)
-    if files:
-        return load_local(task, files, config["data"]["format"])
+    config = DataView.of(config)
+    task = tasks.get_task(config.task)
+    if config.data:
+        keys = ("train", "validation", "validation_mismatched")
+        files = {k: getattr(config.data, k) for k in keys if getattr(config.data, k)}
+        return load_local(task, files, config.data.format)
     return load_hub(task)
 
 
@@ -26,12 +29,12 @@ def main(argv=None) -> None:
     parser = step.parser(__doc__)
     parser.add_argument("--out", required=True, help="folder for the Arrow DatasetDict")
     args = parser.parse_args(argv)
-    config = step.read_config(args)
+    config = step.read_view(args, DataView)
     dataset = load(config)
     with atomic_dir(args.out) as tmp:
         dataset.save_to_disk(str(tmp))
     sizes = ", ".join(f"{split} {len(ds)}" for split, ds in dataset.items())
-    print(f"data: {config['task']}: {sizes}")
+    print(f"data: {config.task}: {sizes}")
 
 
 if __name__ == "__main__":

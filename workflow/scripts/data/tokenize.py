@@ -8,6 +8,7 @@ import datasets
 from workflow.scripts.common import step, tasks
 from workflow.scripts.common.atomic import atomic_dir
 from workflow.scripts.common.modeling import load_tokenizer
+from workflow.scripts.common.views import TokenizeView, TrainSettings
 from workflow.scripts.data import qa_features
 
 datasets.disable_progress_bars()
@@ -23,25 +24,27 @@ def encode_pairs(task: tasks.Task, tokenizer, max_length: int):
     return encode
 
 
-def tokenize_split(task, tokenizer, split_name: str, split, train: dict):
+def tokenize_split(task, tokenizer, split_name: str, split, train: TrainSettings | dict):
     """One split; QA train and eval splits need different features (positions vs offsets)."""
+    train = TrainSettings.of(train)
     if not task.is_qa:
-        encode = encode_pairs(task, tokenizer, train["max_seq_length"])
+        encode = encode_pairs(task, tokenizer, train.max_seq_length)
     elif split_name == "train":
         encode = lambda b: qa_features.prepare_train_features(  # noqa: E731
-            b, tokenizer, train["max_seq_length"], train["doc_stride"])
+            b, tokenizer, train.max_seq_length, train.doc_stride)
     else:
         encode = lambda b: qa_features.prepare_eval_features(  # noqa: E731
-            b, tokenizer, train["max_seq_length"], train["doc_stride"])
+            b, tokenizer, train.max_seq_length, train.doc_stride)
     return split.map(encode, batched=True, remove_columns=split.column_names, desc=f"tokenize {split_name}")
 
 
-def tokenize(config: dict, raw: datasets.DatasetDict) -> datasets.DatasetDict:
+def tokenize(config: TokenizeView | dict, raw: datasets.DatasetDict) -> datasets.DatasetDict:
     """Every split of the data step's output, with the run's tokenizer."""
-    task = tasks.get_task(config["task"])
-    tokenizer = load_tokenizer(config["model"], config.get("trust_remote_code", False))
+    config = TokenizeView.of(config)
+    task = tasks.get_task(config.task)
+    tokenizer = load_tokenizer(config.model, config.trust_remote_code)
     return datasets.DatasetDict({
-        name: tokenize_split(task, tokenizer, name, split, config["train"]) for name, split in raw.items()
+        name: tokenize_split(task, tokenizer, name, split, config.train) for name, split in raw.items()
     })
 
 
@@ -50,7 +53,7 @@ def main(argv=None) -> None:
     parser.add_argument("--data", required=True, help="Arrow DatasetDict from the data step")
     parser.add_argument("--out", required=True, help="folder for the tokenized DatasetDict")
     args = parser.parse_args(argv)
-    config = step.read_config(args)
+    config = step.read_view(args, TokenizeView)
     tokenized = tokenize(config, datasets.load_from_disk(args.data))
     with atomic_dir(args.out) as tmp:
         tokenized.save_to_disk(str(tmp))

@@ -18,6 +18,7 @@ from transformers import AutoTokenizer
 
 from workflow.scripts.common import step, tasks, versions
 from workflow.scripts.common.atomic import atomic_dir, write_json
+from workflow.scripts.common.views import ConvertView
 from workflow.scripts.infer import stacks
 from workflow.scripts.infer.runtime import load_for_eval, model_inputs
 from workflow.scripts.train.batching import pad_collate
@@ -64,7 +65,7 @@ def main(argv=None) -> None:
     parser.add_argument("--data", required=True, help="tokenized DatasetDict folder (an example input)")
     parser.add_argument("--out", required=True, help="OpenVINO IR folder to write")
     args = parser.parse_args(argv)
-    meta = convert(args.model, args.data, args.out, step.read_config(args)["task"])
+    meta = convert(args.model, args.data, args.out, step.read_view(args, ConvertView).task)
     print("convert: " + json.dumps(meta), file=sys.stderr)
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from workflow.scripts.common import hardware, step, tasks
 from workflow.scripts.common.atomic import atomic_dir, read_json, write_json
 from workflow.scripts.common.errors import UserError
+from workflow.scripts.common.views import EvaluateView
 from workflow.scripts.infer import policy, stacks
 
 DEPLOY_FILE = policy.DEPLOY_FILE
@@ -113,7 +114,7 @@ def main(argv=None) -> None:
     parser.add_argument("--out", required=True, help="deploy folder to write")
     args = parser.parse_args(argv)
     folders = {name: getattr(args, name) for name in policy.FOLDERS}
-    meta = deploy(read_json(args.evaluation), folders, args.out, step.read_config(args)["task"])
+    meta = deploy(read_json(args.evaluation), folders, args.out, step.read_view(args, EvaluateView).task)
     print(f"deploy: {args.out} holds {meta['label']} ({meta['why']}) {meta['measured_on']}")
     print("deploy: " + json.dumps(meta), file=sys.stderr)
 

@@ -15,19 +15,21 @@ from transformers import AutoTokenizer
 
 from workflow.scripts.common import hardware, step, tasks
 from workflow.scripts.common.atomic import write_json
+from workflow.scripts.common.views import EvaluateView
 from workflow.scripts.infer.runtime import latency_ms, load_eager, score
 
 
-def evaluate(config: dict, model_dir: str, tokenized_dir: str, raw_dir: str, precision: str,
+def evaluate(config: EvaluateView | dict, model_dir: str, tokenized_dir: str, raw_dir: str, precision: str,
              ipex: bool = False):
     """Metrics of every validation split, samples per second overall and batch-1 latency."""
-    task = tasks.get_task(config["task"])
+    config = EvaluateView.of(config)
+    task = tasks.get_task(config.task)
     cpu = hardware.cpu_summary()
     torch.set_num_threads(hardware.usable_cores(cpu))
     pad_id = AutoTokenizer.from_pretrained(model_dir).pad_token_id
     model, autocast = load_eager(model_dir, task, precision, ipex)
     tokenized = datasets.load_from_disk(tokenized_dir)
-    result, samples, seconds, predictions = score(task, model, tokenized, raw_dir, config["evaluation"],
+    result, samples, seconds, predictions = score(task, model, tokenized, raw_dir, config.evaluation,
                                                   pad_id, autocast)
     result["samples"] = samples
     result["samples_per_second"] = round(samples / seconds, 3)
@@ -44,7 +46,7 @@ def main(argv=None) -> None:
     parser.add_argument("--raw", required=True, help="raw DatasetDict folder (QA needs the contexts)")
     parser.add_argument("--out", required=True, help="metrics JSON to write")
     args = parser.parse_args(argv)
-    config, decisions = step.read_config(args), step.read_decisions(args)
+    config, decisions = step.read_view(args, EvaluateView), step.read_decisions(args)
     result, predictions = evaluate(config, args.model, args.data, args.raw, decisions.precision, decisions.ipex)
     if predictions is not None:
         out = Path(args.out)

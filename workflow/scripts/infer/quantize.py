@@ -39,6 +39,7 @@ from transformers import AutoTokenizer
 from workflow.scripts.common import hardware, intel, step, tasks, versions
 from workflow.scripts.common.atomic import atomic_dir, write_json
 from workflow.scripts.common.errors import UserError
+from workflow.scripts.common.views import QuantizeView
 from workflow.scripts.infer import policy, stacks
 from workflow.scripts.infer.runtime import forward_all, load_for_eval
 from workflow.scripts.train.batching import PAD_KEYS, pad_collate
@@ -169,17 +170,17 @@ def main(argv=None) -> None:
     parser.add_argument("--data", required=True, help="tokenized DatasetDict folder")
     parser.add_argument("--out", required=True, help="INT8 artifact folder to write")
     args = parser.parse_args(argv)
-    config = step.read_config(args)
-    settings = config["quantization"]
+    config = step.read_view(args, QuantizeView)
+    settings = config.quantization
     cpu = hardware.cpu_summary()
-    decision = {**policy.quantize_decision(settings["enabled"], hardware.low_precision_support(cpu["isa_flags"])),
+    decision = {**policy.quantize_decision(settings.enabled, hardware.low_precision_support(cpu["isa_flags"])),
                 "cpu": hardware.cpu_tag(cpu)}
     print(f"quantize: {decision['reason']} {decision['cpu']}", file=sys.stderr)
     if not decision["quantize"]:
         skip(args.out, decision)
         return
-    meta = quantize(args.model, args.data, args.out, config["task"], settings["calibration_samples"],
-                    settings.get("stack", "openvino"), decision=decision)
+    meta = quantize(args.model, args.data, args.out, config.task, settings.calibration_samples,
+                    settings.stack, decision=decision)
     print("quantize: " + json.dumps(meta), file=sys.stderr)
 
 

@@ -20,6 +20,7 @@ import transformers
 
 from workflow.scripts.common import intel, tasks
 from workflow.scripts.common.modeling import autocast_for
+from workflow.scripts.common.views import EvaluationSettings
 from workflow.scripts.infer import metrics, qa
 from workflow.scripts.infer.stacks import load_quantized
 from workflow.scripts.train.batching import PAD_KEYS, pad_collate
@@ -114,24 +115,25 @@ def _question_answering(task, model, features, examples, batch_size, pad_id, aut
     predictions, _ = qa.postprocess_predictions(
         examples, features, [o[0] for o in outputs], [o[1] for o in outputs],
         version_2=task.name == "squad_v2",
-        n_best_size=settings["n_best_size"], max_answer_length=settings["max_answer_length"],
-        null_score_diff_threshold=settings["null_score_diff_threshold"])
+        n_best_size=settings.n_best_size, max_answer_length=settings.max_answer_length,
+        null_score_diff_threshold=settings.null_score_diff_threshold)
     references = [{"id": e["id"], "answers": e["answers"]} for e in examples]
     result = metrics.squad_metrics(predictions, references, version_2=task.name == "squad_v2")
     return result, len(examples), seconds, predictions
 
 
-def score(task: tasks.Task, model, tokenized, raw_dir, settings: dict, pad_id: int, autocast):
+def score(task: tasks.Task, model, tokenized, raw_dir, settings: EvaluationSettings | dict, pad_id: int, autocast):
     """(metrics, samples, seconds, QA predictions or None) over every validation split:
     the task's metrics (mnli's mismatched with suffix _mm), at evaluation.batch_size."""
+    settings = EvaluationSettings.of(settings)
     result, samples, seconds, predictions = {}, 0, 0.0, None
     for i, split in enumerate(task.validation_splits):
         if task.is_qa:
             examples = datasets.load_from_disk(str(raw_dir))[split]
             part, n, s, predictions = _question_answering(task, model, tokenized[split], examples,
-                                                          settings["batch_size"], pad_id, autocast, settings)
+                                                          settings.batch_size, pad_id, autocast, settings)
         else:
-            part, n, s = _classification(task, model, tokenized[split], settings["batch_size"], pad_id,
+            part, n, s = _classification(task, model, tokenized[split], settings.batch_size, pad_id,
                                          autocast, "_mm" if i else "")
         result.update(part)
         samples, seconds = samples + n, seconds + s

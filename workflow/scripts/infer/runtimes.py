@@ -24,6 +24,7 @@ from transformers import AutoTokenizer
 
 from workflow.scripts.common import hardware, step, tasks
 from workflow.scripts.common.atomic import read_json, write_json
+from workflow.scripts.common.views import QuantizationSettings, RuntimesView
 from workflow.scripts.infer import convert, gate, policy, runtime, speed, stacks
 from workflow.scripts.infer.shapes import SHAPE_MODES, bucket_lengths
 
@@ -70,16 +71,16 @@ def score_openvino(models: dict, variants: dict, task, tokenized, raw, settings:
     return entries
 
 
-def accuracy_gate(task, entries: dict, fp32: dict, settings: dict) -> None:
+def accuracy_gate(task, entries: dict, fp32: dict, settings: QuantizationSettings) -> None:
     """Both OpenVINO models against the fp32 evaluation (before any timing, so
     that a failure comes fast). An inaccurate int8 fails the rule only with
     enabled: true; otherwise it is not deployed."""
-    max_drop = settings["max_accuracy_drop"]
+    max_drop = settings.max_accuracy_drop
     for entry in entries.values():
         ok, drops = gate.within_gate(task, fp32, entry, max_drop)
         entry.update({"accuracy_drop_points": drops, "meets_accuracy_gate": ok})
     int8 = entries.get("int8")
-    if int8 and not int8["meets_accuracy_gate"] and settings["enabled"] is True:
+    if int8 and not int8["meets_accuracy_gate"] and settings.enabled is True:
         gate.check_accuracy_gate(task, fp32, int8, max_drop)
 
 
@@ -103,9 +104,10 @@ def time_candidates(models: dict, variants: dict, split, batch_size: int, pad_id
     return entries
 
 
-def speed_gate(entries: dict, settings: dict, int8_stack: str | None) -> str:
+def speed_gate(entries: dict, settings: QuantizationSettings | dict, int8_stack: str | None) -> str:
     """Speedups over eager fp32; int8 over fp32 in the same runtime against
     quantization.min_speedup; the int8 verdict."""
+    settings = QuantizationSettings.of(settings)
     for name in ("fp32_openvino", "int8"):
         if name in entries:
             entries[name]["speedup_vs_eager"] = policy.speedup(entries[name], entries[EAGER])
@@ -114,20 +116,21 @@ def speed_gate(entries: dict, settings: dict, int8_stack: str | None) -> str:
         return ""
     same = "fp32" if int8_stack == "ipex" else "fp32_openvino"
     int8["speedup_vs_fp32_same_runtime"] = policy.speedup(int8, entries[same])
-    recommended, why = policy.int8_verdict(int8["speedup_vs_fp32_same_runtime"], settings["min_speedup"], same)
+    recommended, why = policy.int8_verdict(int8["speedup_vs_fp32_same_runtime"], settings.min_speedup, same)
     if not int8["meets_accuracy_gate"]:
-        recommended, why = False, (f"int8 is more than quantization.max_accuracy_drop {settings['max_accuracy_drop']:g}"
+        recommended, why = False, (f"int8 is more than quantization.max_accuracy_drop {settings.max_accuracy_drop:g}"
                                    f" point(s) behind fp32 ({int8['accuracy_drop_points']}); not recommended")
     int8.update({"recommended": recommended, "recommendation": why})
     return why
 
 
-def quantization_record(decision: dict, entries: dict, settings: dict, verdict: str, deploy: str) -> dict:
+def quantization_record(decision: dict, entries: dict, settings: QuantizationSettings, verdict: str,
+                        deploy: str) -> dict:
     """What summary.json says about int8 on this CPU, and the note naming the faster artifact."""
     int8 = entries.get("int8")
     return {**{k: decision.get(k) for k in ("enabled", "quantize", "int8_expected_to_pay", "int8_dot_product",
                                             "reason", "cpu")},
-            "min_speedup": settings["min_speedup"], "max_accuracy_drop": settings["max_accuracy_drop"],
+            "min_speedup": settings.min_speedup, "max_accuracy_drop": settings.max_accuracy_drop,
             "int8_over_fp32_same_runtime": int8 and int8["speedup_vs_fp32_same_runtime"],
             "int8_recommended": int8 and int8["recommended"], "note": note(decision, int8, verdict, deploy)}
 
@@ -154,9 +157,9 @@ def _expectation(decision: dict, recommended: bool) -> str:
     return "" if expected else " (as expected without int8 dot-product instructions)"
 
 
-def evaluate_runtimes(args, config: dict, decisions) -> dict:
+def evaluate_runtimes(args, config: RuntimesView, decisions) -> dict:
     """Everything eval_runtimes.json holds."""
-    task, settings, gates = tasks.get_task(config["task"]), config["evaluation"], config["quantization"]
+    task, settings, gates = tasks.get_task(config.task), config.evaluation, config.quantization
     cpu = hardware.cpu_summary()
     torch.set_num_threads(hardware.usable_cores(cpu))
     pad_id = AutoTokenizer.from_pretrained(args.model).pad_token_id
@@ -167,7 +170,7 @@ def evaluate_runtimes(args, config: dict, decisions) -> dict:
     fp32 = read_json(args.fp32_metrics)
     accuracy_gate(task, entries, fp32, gates)
     entries[EAGER] = {**fp32, "precision": decisions.precision}
-    timing = time_candidates(models, variants, tokenized[task.validation_splits[0]], settings["batch_size"], pad_id)
+    timing = time_candidates(models, variants, tokenized[task.validation_splits[0]], settings.batch_size, pad_id)
     for name, entry in entries.items():
         entry.update(timing[name], model=policy.FOLDERS[name])
         if "shapes" in entry:
@@ -192,7 +195,7 @@ def main(argv=None) -> None:
     parser.add_argument("--fp32-metrics", required=True, help="eval_fp32.json: the accuracy gate's reference")
     parser.add_argument("--out", required=True, help="eval_runtimes.json to write")
     args = parser.parse_args(argv)
-    result = evaluate_runtimes(args, step.read_config(args), step.read_decisions(args))
+    result = evaluate_runtimes(args, step.read_view(args, RuntimesView), step.read_decisions(args))
     write_json(args.out, result)
     line = (f"evaluate_runtimes {result['cpu']['tag']}: " + ", ".join(
         f"{policy.LABELS[n]} {e['samples_per_second']:g} samples/s" for n, e in result["eval"].items() if e))

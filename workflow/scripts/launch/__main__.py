@@ -15,6 +15,7 @@ import json
 from pathlib import Path
 
 from workflow.scripts.common import step
+from workflow.scripts.common.views import TrainView
 from workflow.scripts.launch import hosts, job, tries
 
 
@@ -27,7 +28,8 @@ def main(argv=None) -> None:
     parser.add_argument("program", nargs=argparse.REMAINDER, help="-- command for every rank")
     args = parser.parse_args(argv)
     program = args.program[1:] if args.program[:1] == ["--"] else args.program
-    config, info = step.read_config(args), json.loads(Path(args.environment).read_text())
+    config = step.read_view(args, TrainView)
+    info = json.loads(Path(args.environment).read_text())
     if not args.tries:
         job.run(config, info, program, args.log_dir)
         return

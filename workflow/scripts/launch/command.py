@@ -22,6 +22,7 @@ from pathlib import Path
 
 from workflow.scripts.common.errors import UserError
 from workflow.scripts.common.hostfile import check_nodes
+from workflow.scripts.common.views import DistributedSettings, distributed_of
 from workflow.scripts.launch import ccl
 
 # Below Linux's ephemeral range (32768-60999): the kernel never hands these
@@ -141,13 +142,14 @@ def rank_env(info: dict, extra: dict, addr: str, port: int) -> dict:
     return env
 
 
-def ranks_argv(dist: dict, mpi: dict, hosts: list[str] | None, ppn: int, threads: int, env: dict,
+def ranks_argv(dist: DistributedSettings | dict, mpi: dict, hosts: list[str] | None, ppn: int, threads: int, env: dict,
                program: list[str], workdir=None) -> list[str]:
     """`ppn` ranks of `threads` threads on each node: the hostfile's first
     `nodes` hosts (this machine without one), or Slurm's allocation."""
-    extra = dist.get("launcher_args", [])
-    if dist.get("launcher") == "srun":
-        return srun_argv(dist["nodes"], ppn, threads, program, extra)
+    dist = distributed_of(dist)
+    extra = dist.launcher_args
+    if dist.launcher == "srun":
+        return srun_argv(dist.nodes, ppn, threads, program, extra)
     hostfile = None
     if hosts:
         hostfile = write_hostfile(mpi["flavour"], hosts, ppn, workdir or tempfile.mkdtemp(prefix="cpuddp-"))
@@ -155,49 +157,51 @@ def ranks_argv(dist: dict, mpi: dict, hosts: list[str] | None, ppn: int, threads
     return mpirun_argv(mpi["flavour"], mpi["mpirun"], nprocs, ppn, env, program, hostfile, extra)
 
 
-def run_hosts(dist: dict) -> list[str] | None:
+def run_hosts(dist: DistributedSettings | dict) -> list[str] | None:
     """The hosts a run uses (None: this machine, or Slurm's allocation)."""
-    if dist.get("launcher") == "srun" or not dist.get("hostfile"):
+    dist = distributed_of(dist)
+    if dist.launcher == "srun" or not dist.hostfile:
         return None
-    return check_nodes(dist["hostfile"], dist["nodes"])
+    return check_nodes(dist.hostfile, dist.nodes)
 
 
-def build(config: dict, info: dict, program: list[str], workdir=None, hosts: list[str] | None = None) -> list[str]:
+def build(config, info: dict, program: list[str], workdir=None, hosts: list[str] | None = None) -> list[str]:
     """The whole launch command of a training run, every rank pinned to its
     cores (workdir receives the launcher's hostfile; `hosts` replaces the
     run's own, e.g. without a node that was lost)."""
-    dist = config["distributed"]
+    dist = distributed_of(config)
     threads, ppn = int(info["threads_per_process"]), ranks_per_node(config, info)
-    if dist.get("launcher") == "srun" and dist["nodes"] * ppn == 1 and "SLURM_STEP_ID" in os.environ:
+    if dist.launcher == "srun" and dist.nodes * ppn == 1 and "SLURM_STEP_ID" in os.environ:
         return program  # already the one rank's srun step: a nested srun would wait for its CPUs
     hosts = hosts or run_hosts(dist)
     env = {}
-    if dist.get("launcher") != "srun":  # srun ranks get theirs from launch_env
+    if dist.launcher != "srun":  # srun ranks get theirs from launch_env
         addr = master_addr(hosts)
-        env = rank_env(info, dist.get("env", {}), addr, master_port(addr))
+        env = rank_env(info, dist.env, addr, master_port(addr))
         program = pin_command(threads, program)
     return ranks_argv(dist, info["mpi"], hosts, ppn, threads, env, program, workdir)
 
 
-def ranks_per_node(config: dict, info: dict) -> int:
+def ranks_per_node(config, info: dict) -> int:
     """As the environment check decided (a tuned layout may change it)."""
-    return int(info.get("processes_per_node") or config["distributed"]["processes_per_node"])
+    return int(info.get("processes_per_node") or distributed_of(config).processes_per_node)
 
 
-def per_node(config: dict, mpi: dict, hosts: list[str] | None, program: list[str], env: dict,
+def per_node(config, mpi: dict, hosts: list[str] | None, program: list[str], env: dict,
              workdir=None) -> list[str]:
     """One single-threaded rank on each node (the environment check, node
     set-up), with the launcher and options that train."""
-    return ranks_argv(config["distributed"], mpi, hosts, 1, 1, base_env(1, env), program, workdir)
+    return ranks_argv(distributed_of(config), mpi, hosts, 1, 1, base_env(1, env), program, workdir)
 
 
-def launch_env(config: dict, info: dict) -> dict:
+def launch_env(config, info: dict) -> dict:
     """The launcher's own environment; srun hands it to every rank. The batch
     script runs on the allocation's first node, where srun puts rank 0."""
-    if config["distributed"].get("launcher") != "srun":
-        return {**os.environ, **ccl.launcher_variables(info, config["distributed"].get("env") or {})}
+    dist = distributed_of(config)
+    if dist.launcher != "srun":
+        return {**os.environ, **ccl.launcher_variables(info, dist.env)}
     addr = master_addr([slurm_first_node()])
-    return {**os.environ, **rank_env(info, config["distributed"].get("env", {}), addr, master_port(addr))}
+    return {**os.environ, **rank_env(info, dist.env, addr, master_port(addr))}
 
 
 def slurm_first_node() -> str:

@@ -8,6 +8,7 @@ import sys
 
 from workflow.scripts.common.errors import UserError
 from workflow.scripts.common.hostfile import read_hostfile
+from workflow.scripts.common.views import distributed_of
 from workflow.scripts.launch import mpi
 from workflow.scripts.nodes.reach import reach_each
 
@@ -16,28 +17,28 @@ ANSWER = ("import json; from workflow.scripts.launch import ranks; "
           "print('CPUDDP-NODE ' + json.dumps({'rank': ranks.read().rank}), flush=True)")
 
 
-def reachable(config: dict, timeout: float) -> tuple[list[str], list[str]]:
+def reachable(config, timeout: float) -> tuple[list[str], list[str]]:
     """(hosts that answer, in hostfile order; what is wrong with the others)."""
-    dist = config["distributed"]
-    hosts = read_hostfile(dist["hostfile"])
+    dist = distributed_of(config)
+    hosts = read_hostfile(dist.hostfile)
     reports, problems = reach_each(config, mpi.detect_launcher(dist), hosts, [sys.executable, "-c", ANSWER],
                                    timeout)
     return [hosts[r["rank"]] for r in reports], problems
 
 
-def for_retry(config: dict) -> tuple[list[str] | None, list[str]]:
+def for_retry(config) -> tuple[list[str] | None, list[str]]:
     """(hosts to run on, hosts dropped); (None, []) keeps the run's own."""
-    dist = config["distributed"]
-    min_nodes = dist.get("min_nodes") or dist["nodes"]
-    if dist.get("launcher") == "srun" or not dist.get("hostfile") or min_nodes >= dist["nodes"] \
-            and len(read_hostfile(dist["hostfile"])) <= dist["nodes"]:
+    dist = distributed_of(config)
+    min_nodes = dist.min_nodes or dist.nodes
+    if dist.launcher == "srun" or not dist.hostfile or min_nodes >= dist.nodes \
+            and len(read_hostfile(dist.hostfile)) <= dist.nodes:
         return None, []
-    alive, problems = reachable(config, dist["check_timeout_seconds"])
-    wanted = read_hostfile(dist["hostfile"])[:dist["nodes"]]
+    alive, problems = reachable(config, dist.check_timeout_seconds)
+    wanted = read_hostfile(dist.hostfile)[:dist.nodes]
     if len(alive) < min_nodes:
         raise UserError(f"only {len(alive)} of the hostfile's nodes answer ({'; '.join(problems)}), fewer than "
                         f"distributed.min_nodes ({min_nodes}); bring nodes back or lower min_nodes")
-    chosen = alive[:dist["nodes"]]
+    chosen = alive[:dist.nodes]
     dropped = [h for h in wanted if h not in chosen]
     if dropped:
         print(f"warning: continuing on {len(chosen)} nodes without {', '.join(dropped)} "

@@ -6,30 +6,31 @@ from __future__ import annotations
 import sys
 import tempfile
 
+from workflow.scripts.common.views import distributed_of
 from workflow.scripts.launch import command, supervise, verdict
 
 
-def run(config: dict, info: dict, program: list[str], log_dir=None, quiet: bool = False,
+def run(config, info: dict, program: list[str], log_dir=None, quiet: bool = False,
         hosts: list[str] | None = None) -> None:
     """Start `program` on every rank (on `hosts`, default: the run's) and
     wait, with the ranks' exit bounded; raises the one line that says what
     went wrong (errors.Preempted when the ranks checkpointed on request)."""
-    dist = config["distributed"]
+    dist = distributed_of(config)
     hosts = hosts or command.run_hosts(dist)
-    world = (len(hosts) if hosts else dist["nodes"]) * command.ranks_per_node(config, info)
+    world = (len(hosts) if hosts else dist.nodes) * command.ranks_per_node(config, info)
     with tempfile.TemporaryDirectory(prefix="cpuddp-launch-") as workdir:
         argv = command.build(config, info, program, workdir, hosts)
         if not quiet:
             print("launch: " + through_env(config, command.launch_env(config, info)) + " ".join(argv),
                   file=sys.stderr, flush=True)
         outcome = supervise.run(argv, command.launch_env(config, info), log_dir, world,
-                                dist["exit_grace_seconds"], quiet)
-    verdict.judge(outcome, log_dir, world, dist["exit_grace_seconds"], dist["timeout_minutes"])
+                                dist.exit_grace_seconds, quiet)
+    verdict.judge(outcome, log_dir, world, dist.exit_grace_seconds, dist.timeout_minutes)
 
 
-def through_env(config: dict, env: dict) -> str:
+def through_env(config, env: dict) -> str:
     """What srun hands every rank in its environment (mpirun shows it in its
     own arguments)."""
-    if config["distributed"].get("launcher") != "srun":
+    if distributed_of(config).launcher != "srun":
         return ""
     return "".join(f"{key}={env[key]} " for key in ("MASTER_ADDR", "MASTER_PORT", "OMP_NUM_THREADS") if key in env)

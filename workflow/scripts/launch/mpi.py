@@ -13,6 +13,7 @@ import subprocess
 import sys
 
 from workflow.scripts.common.errors import UserError
+from workflow.scripts.common.views import distributed_of
 
 FLAVOURS = ("intel", "mpich", "openmpi")
 # Debian installs each MPI's launcher under its own name besides `mpirun`.
@@ -103,10 +104,11 @@ def detect_mpi(requested: str = "auto", mpirun: str | None = None) -> dict:
                     "set distributed.mpirun or set distributed.mpi: auto")
 
 
-def detect_launcher(dist: dict) -> dict:
+def detect_launcher(dist) -> dict:
     """What starts the ranks: the mpirun of detect_mpi, or Slurm's srun."""
-    if dist.get("launcher") != "srun":
-        return detect_mpi(dist["mpi"], dist.get("mpirun"))
+    dist = distributed_of(dist)
+    if dist.launcher != "srun":
+        return detect_mpi(dist.mpi, dist.mpirun)
     srun = shutil.which("srun")
     if srun is None:
         raise UserError("distributed.launcher is srun but srun is not on PATH; run inside Slurm "

@@ -15,6 +15,7 @@ import sys
 from workflow.scripts.common import config as cfg, step
 from workflow.scripts.common.atomic import write_json
 from workflow.scripts.common.errors import UserError
+from workflow.scripts.common.views import EnvironmentView
 from workflow.scripts.launch import command, mpi
 from workflow.scripts.nodes import describe
 from workflow.scripts.nodes.reach import reach_each
@@ -43,15 +44,16 @@ def disagreements(named: list[tuple[str, dict]]) -> list[str]:
     return problems
 
 
-def check(config: dict, timeout: float) -> dict:
-    dist = config["distributed"]
-    if not dist.get("hostfile") and dist["nodes"] == 1:
+def check(config: EnvironmentView | dict, timeout: float) -> dict:
+    config = EnvironmentView.pick(config)
+    dist = config.distributed
+    if not dist.hostfile and dist.nodes == 1:
         return describe.environment_record(config)
     launcher = mpi.detect_launcher(dist)
     hosts = command.run_hosts(dist)
     master = command.master_addr(hosts) if hosts else "127.0.0.1"
     program = [sys.executable, "-m", "workflow.scripts.nodes.probe", "--config-json",
-               json.dumps(config, sort_keys=True), "--master-addr", master]
+               json.dumps(config.as_dict(), sort_keys=True), "--master-addr", master]
     reports, problems = reach_each(config, launcher, hosts, program, timeout)
     names = dict(enumerate(hosts)) if hosts else \
         {r["rank"]: r.get("report", r).get("host", f"node {r['rank']}") for r in reports}
@@ -75,7 +77,8 @@ def main(argv=None) -> None:
     config = step.read_config(args)
     if args.layout:
         cfg.apply_tuned_layout({"run": config}, args.layout)
-    info = check(config, config["distributed"].get("check_timeout_seconds", 120))
+    view = EnvironmentView.pick(config)  # typed once the tuned layout is in
+    info = check(view, view.distributed.check_timeout_seconds)
     for node in info["node_reports"]:
         print(f"node {node['node']} ({node['host']}): torch {node['versions']['torch']}, revision "
               f"{node['revision']}, {node['physical_cores']} cores; {node['low_precision']['implies']}",

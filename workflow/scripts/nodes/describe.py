@@ -16,6 +16,7 @@ from pathlib import Path
 from workflow.scripts.common import hardware, intel, oneccl
 from workflow.scripts.common.errors import UserError
 from workflow.scripts.common.versions import installed
+from workflow.scripts.common.views import distributed_of, train_of
 from workflow.scripts.launch import ccl, mpi
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -105,18 +106,18 @@ def threads_per_process(requested, processes_per_node: int, cpu: dict) -> int:
     return max(1, hardware.usable_cores(cpu) // processes_per_node)
 
 
-def describe(config: dict, launcher: bool = True) -> dict:
+def describe(config, launcher: bool = True) -> dict:
     """This node's versions, CPU and decisions; `launcher`: also find mpirun / srun
     (the launch node does; the nodes it checks do not need one)."""
-    dist, train = config["distributed"], config["train"]
+    dist, train = distributed_of(config), train_of(config)
     cpu = hardware.cpu_summary()
     found = versions()
-    ipex_requested = train.get("ipex", "auto")
+    ipex_requested = train.ipex
     # Pairing first: a mismatched IPEX ends the process when imported.
-    intel.check_pairing(found, ipex=ipex_requested is not False, ccl=dist["backend"] != "gloo")
-    backend, backend_why = choose_backend(dist["backend"], dist["processes_per_node"], dist["nodes"])
+    intel.check_pairing(found, ipex=ipex_requested is not False, ccl=dist.backend != "gloo")
+    backend, backend_why = choose_backend(dist.backend, dist.processes_per_node, dist.nodes)
     ipex, ipex_why = intel.ipex_status(ipex_requested)
-    precision, precision_why, speed = choose_precision(train["precision"], cpu["isa_flags"])
+    precision, precision_why, speed = choose_precision(train.precision, cpu["isa_flags"])
     launched_by = mpi.detect_launcher(dist) if launcher else None
     return {
         "versions": found,
@@ -134,10 +135,10 @@ def describe(config: dict, launcher: bool = True) -> dict:
         "precision_reason": precision_why,
         "ipex": ipex,
         "ipex_reason": ipex_why,
-        "nodes": dist["nodes"],
-        "processes_per_node": dist["processes_per_node"],
-        "world_size": dist["nodes"] * dist["processes_per_node"],
-        "threads_per_process": threads_per_process(dist["threads_per_process"], dist["processes_per_node"], cpu),
+        "nodes": dist.nodes,
+        "processes_per_node": dist.processes_per_node,
+        "world_size": dist.nodes * dist.processes_per_node,
+        "threads_per_process": threads_per_process(dist.threads_per_process, dist.processes_per_node, cpu),
     }
 
 
@@ -167,7 +168,7 @@ def node_summary(name: str, report: dict) -> dict:
     return {"node": name, **{k: report.get(k) for k in keys}}
 
 
-def combine(config: dict, named: list[tuple[str, dict]], mpi: dict) -> dict:
+def combine(config, named: list[tuple[str, dict]], mpi: dict) -> dict:
     """environment.json: the first node's report, the launcher, every node."""
     first = dict(named[0][1])
     ifnames = {r.get("gloo_ifname") for _, r in named}
@@ -178,11 +179,11 @@ def combine(config: dict, named: list[tuple[str, dict]], mpi: dict) -> dict:
         "gloo_ifname": ifnames.pop() if len(ifnames) == 1 else None,
         "node_reports": [node_summary(name, r) for name, r in named],
     })
-    first.update(ccl.record(first, config["distributed"].get("env") or {}))
+    first.update(ccl.record(first, distributed_of(config).env))
     return first
 
 
-def environment_record(config: dict) -> dict:
+def environment_record(config) -> dict:
     """environment.json of a run on this machine alone (no per-node launch)."""
     report = {**describe(config), "revision": revision(), "python_executable": sys.executable, "gloo_ifname": None}
     return combine(config, [("localhost", report)], report["mpi"])

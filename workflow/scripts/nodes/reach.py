@@ -12,6 +12,7 @@ import signal
 import subprocess
 import tempfile
 
+from workflow.scripts.common.views import distributed_of
 from workflow.scripts.launch import command
 from workflow.scripts.nodes import lines
 
@@ -54,7 +55,7 @@ def launch_per_node(config, mpi, hosts, program, timeout, env=None, kind="NODE")
     """Reports by rank, the launcher's exit code (None: timed out) and its stderr."""
     with tempfile.TemporaryDirectory(prefix="cpuddp-nodes-") as workdir:
         argv = command.per_node(config, mpi, hosts, program, env or {}, workdir)
-        srun = config["distributed"].get("launcher") == "srun"
+        srun = distributed_of(config).launcher == "srun"
         launcher_env = {**os.environ, **command.base_env(1, env)} if srun else None
         code, out, err = run_bounded(argv, timeout, launcher_env)
     return parse_reports(out, kind), code, err
@@ -70,7 +71,7 @@ def tail(text: str, lines: int = 4) -> str:
 def reach_each(config, mpi, hosts, program, timeout, env=None, kind="NODE") -> tuple[list[dict], list[str]]:
     """All nodes at once; when some do not answer, each of those alone (in
     parallel) to tell which node is at fault. Returns (reports, problems)."""
-    names = hosts or [f"node {i}" for i in range(config["distributed"]["nodes"])]
+    names = hosts or [f"node {i}" for i in range(distributed_of(config).nodes)]
     found, code, err = launch_per_node(config, mpi, hosts, program, timeout, env, kind)
     failures = {i: (code, err) for i in range(len(names)) if i not in found}
     if failures and hosts and len(hosts) > 1:

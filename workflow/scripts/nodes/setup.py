@@ -19,6 +19,7 @@ from pathlib import Path
 
 from workflow.scripts.common import step
 from workflow.scripts.common.errors import UserError
+from workflow.scripts.common.views import EnvironmentView
 from workflow.scripts.launch import command, mpi
 from workflow.scripts.nodes import bootstrap
 from workflow.scripts.nodes.describe import REVISION_PATHS, ROOT, workflow_files
@@ -58,8 +59,9 @@ def serve_once(data: bytes, address: str) -> tuple[http.server.ThreadingHTTPServ
     return server, f"http://{address}:{server.server_address[1]}/{token}"
 
 
-def setup(config: dict, timeout: float) -> list[dict]:
-    dist = config["distributed"]
+def setup(config: EnvironmentView | dict, timeout: float) -> list[dict]:
+    config = EnvironmentView.pick(config)
+    dist = config.distributed
     hosts = command.run_hosts(dist)
     if not hosts:
         raise UserError("setup_nodes needs distributed.hostfile (the nodes to set up)")
@@ -85,7 +87,7 @@ def main(argv=None) -> None:
     parser = step.parser(__doc__)
     parser.add_argument("--timeout", type=float, default=3600, help="seconds for the whole set-up")
     args = parser.parse_args(argv)
-    config = step.read_config(args)
+    config = step.read_view(args, EnvironmentView)
     for node in setup(config, args.timeout):
         print(f"node {node['node']}: workflow copy in {ROOT} ({node['files_written']} files written), "
               ".venv ready", file=sys.stderr)

@@ -13,6 +13,7 @@ import torch
 import torch.distributed as dist
 
 from workflow.scripts.common.errors import Preempted, UserError
+from workflow.scripts.common.views import TrainView
 from workflow.scripts.launch.ranks import DistEnv
 from workflow.scripts.train import checkpoint
 from workflow.scripts.train.batching import updates
@@ -64,7 +65,7 @@ def log_progress(progress: Progress, loss, t: TrainingState, global_batch: int, 
              f"{rate:.1f} samples/s | ETA {format_eta(eta)}")
 
 
-def save_checkpoint(t: TrainingState, progress: Progress, cfg: dict, env: DistEnv, root: Path, fp: str,
+def save_checkpoint(t: TrainingState, progress: Progress, cfg: TrainView, env: DistEnv, root: Path, fp: str,
                     log) -> None:
     """All ranks give their RNG state; rank 0 writes the checkpoint."""
     states = [None] * env.world_size
@@ -72,7 +73,7 @@ def save_checkpoint(t: TrainingState, progress: Progress, cfg: dict, env: DistEn
     if env.is_main:
         state = {**t.state_dict(), "rng": states}
         folder = checkpoint.save(root, progress.step, state, {"fingerprint": fp, **progress.state_dict()},
-                                 cfg["train"]["keep_checkpoints"])
+                                 cfg.train.keep_checkpoints)
         log.info(f"checkpoint {folder}")
     dist.barrier()
 
@@ -93,13 +94,12 @@ def resume(t: TrainingState, progress: Progress, env: DistEnv, root: Path, fp: s
     log.info(f"resumed from {folder} (step {progress.step})")
 
 
-def run_epochs(t: TrainingState, progress: Progress, cfg: dict, env: DistEnv, ckpt_root: Path, fp: str,
+def run_epochs(t: TrainingState, progress: Progress, cfg: TrainView, env: DistEnv, ckpt_root: Path, fp: str,
                log, stops: StopRequests | None = None) -> None:
     """The training loop, from wherever `progress` says it is; on a stop
     request, a checkpoint at the update boundary, then Preempted."""
-    train_cfg = cfg["train"]
     global_batch = t.sampler.global_size
-    every = train_cfg["checkpoint_every"]
+    every = cfg.train.checkpoint_every
     progress.position_at_start = progress.samples
     t.ddp_model.train()
     start = time.perf_counter()
@@ -112,7 +112,7 @@ def run_epochs(t: TrainingState, progress: Progress, cfg: dict, env: DistEnv, ck
             progress.step += 1
             progress.batch_in_epoch = index + 1
             progress.samples += global_batch
-            if progress.step % train_cfg["log_every"] == 0 or progress.step == t.total_steps:
+            if progress.step % cfg.train.log_every == 0 or progress.step == t.total_steps:
                 loss = mean_over_ranks(loss)  # every rank sees the same value and stops together
                 check_finite(loss, progress.step, env)
                 progress.losses.append([progress.step, float(loss)])
@@ -130,7 +130,7 @@ def run_epochs(t: TrainingState, progress: Progress, cfg: dict, env: DistEnv, ck
     progress.seconds = time.perf_counter() - start
 
 
-def stop_here(t: TrainingState, progress: Progress, cfg: dict, env: DistEnv, root: Path, fp: str, log) -> None:
+def stop_here(t: TrainingState, progress: Progress, cfg: TrainView, env: DistEnv, root: Path, fp: str, log) -> None:
     if progress.batch_in_epoch == len(t.sampler):  # the epoch is over: save where the next one starts
         progress.epoch, progress.batch_in_epoch = progress.epoch + 1, 0
     save_checkpoint(t, progress, cfg, env, root, fp, log)

@@ -29,6 +29,7 @@ from workflow.scripts.common import hardware, step, tasks
 from workflow.scripts.common.atomic import read_json, write_json
 from workflow.scripts.common.errors import UserError
 from workflow.scripts.common.modeling import autocast_for
+from workflow.scripts.common.views import PlanView
 from workflow.scripts.nodes import describe
 from workflow.scripts.train import compress_cost
 
@@ -145,39 +146,40 @@ def measure(model, batch: dict, steps: int, warmup: int, precision: str, barrier
             "update": statistics.median(r[2] for r in runs), "grads": grads}
 
 
-def decisions(config: dict, environment: str | None) -> tuple[str, int]:
+def decisions(config: PlanView, environment: str | None) -> tuple[str, int]:
     """(precision, threads) as the run's environment check decided, or decided here."""
     if environment:
         info = read_json(environment)
         return info["precision"], int(info["threads_per_process"])
     cpu = hardware.cpu_summary()
-    dist_cfg = config["distributed"]
-    precision = describe.choose_precision(config["train"]["precision"], cpu["isa_flags"])[0]
-    threads = describe.threads_per_process(dist_cfg["threads_per_process"], dist_cfg["processes_per_node"], cpu)
+    dist_cfg = config.distributed
+    precision = describe.choose_precision(config.train.precision, cpu["isa_flags"])[0]
+    threads = describe.threads_per_process(dist_cfg.threads_per_process, dist_cfg.processes_per_node, cpu)
     return precision, min(threads, hardware.usable_cores(cpu))  # an experiment written for bigger nodes
 
 
-def load(path: str) -> dict:
+def load(path: str) -> PlanView:
     """The plan's configuration slice (JSON) or an experiment file (validated)."""
     text = Path(path).read_text()
     if path.endswith((".yaml", ".yml")):
-        return cfg.validate(yaml.safe_load(text))
-    return read_json(path)
+        return PlanView.pick(cfg.validate(yaml.safe_load(text)))
+    return PlanView.of(read_json(path))
 
 
-def profile(config: dict, environment: str | None, steps: int, warmup: int, barrier=None, parties=1) -> dict:
+def profile(config: PlanView | dict, environment: str | None, steps: int, warmup: int, barrier=None, parties=1) -> dict:
+    config = PlanView.pick(config)
     precision, threads = decisions(config, environment)
     torch.set_num_threads(threads)
-    train, plan = config["train"], config.get("plan") or {}
-    seq_len = plan.get("seq_len") or train["max_seq_length"]
-    model = build_model(config["model"], config["task"])
-    batch = random_batch(model, train["batch_size"], seq_len, tasks.get_task(config["task"]).is_qa)
+    train = config.train
+    seq_len = config.plan.seq_len or train.max_seq_length
+    model = build_model(config.model, config.task)
+    batch = random_batch(model, train.batch_size, seq_len, tasks.get_task(config.task).is_qa)
     times = measure(model, batch, steps, warmup, precision, barrier, parties)
     costs = compress_cost.measure(model)
-    return {"model": config["model"], "parameters": sum(p.numel() for p in model.parameters()),
-            "batch_size": train["batch_size"], "seq_len": seq_len, "precision": precision, "threads": threads,
-            "processes_per_node": config["distributed"]["processes_per_node"],
-            "log_every": train.get("log_every", 10), **times, **costs,
+    return {"model": config.model, "parameters": sum(p.numel() for p in model.parameters()),
+            "batch_size": train.batch_size, "seq_len": seq_len, "precision": precision, "threads": threads,
+            "processes_per_node": config.distributed.processes_per_node,
+            "log_every": train.log_every, **times, **costs,
             "host": describe.platform.node(), "steps": steps, "source": "measured"}
 
 

@@ -26,6 +26,7 @@ import transformers
 from workflow.scripts.common import hardware, intel, logs, step
 from workflow.scripts.common.atomic import atomic_dir, write_json
 from workflow.scripts.common.decisions import RunDecisions
+from workflow.scripts.common.views import TrainView
 from workflow.scripts.launch import ranks
 from workflow.scripts.launch.ranks import DistEnv
 from workflow.scripts.train import loop, process_group
@@ -69,7 +70,7 @@ def save_model(model, tokenizer, out_dir) -> None:
         tokenizer.save_pretrained(tmp)
 
 
-def metrics_record(cfg: dict, decisions: RunDecisions, env: DistEnv, progress: Progress, t: TrainingState,
+def metrics_record(cfg: TrainView, decisions: RunDecisions, env: DistEnv, progress: Progress, t: TrainingState,
                    ranks: list) -> dict:
     trained = progress.samples - progress.position_at_start
     return {
@@ -79,11 +80,11 @@ def metrics_record(cfg: dict, decisions: RunDecisions, env: DistEnv, progress: P
         "precision": decisions.precision,
         "ipex": decisions.ipex,
         "threads_per_process": decisions.threads_per_process,
-        "epochs": cfg["train"]["epochs"],
-        "batch_size_per_rank": cfg["train"]["batch_size"],
+        "epochs": cfg.train.epochs,
+        "batch_size_per_rank": cfg.train.batch_size,
         "gradient_accumulation_steps": t.sampler.accumulation,
         "global_batch": t.sampler.global_size,
-        "bucket_cap_mb": cfg["distributed"]["bucket_cap_mb"],
+        "bucket_cap_mb": cfg.distributed.bucket_cap_mb,
         "gradient_compression": t.comm.compression,
         "steps": progress.step,
         "steps_per_epoch": len(t.sampler),
@@ -102,7 +103,7 @@ def metrics_record(cfg: dict, decisions: RunDecisions, env: DistEnv, progress: P
     }
 
 
-def train_and_save(cfg: dict, decisions: RunDecisions, data_dir: str, out_dir: Path, env: DistEnv, log,
+def train_and_save(cfg: TrainView, decisions: RunDecisions, data_dir: str, out_dir: Path, env: DistEnv, log,
                    status: logs.RankStatus) -> None:
     """Build, train and save; everything that holds the process group is a
     local here, released when this returns (before the group is left)."""
@@ -127,8 +128,9 @@ def train_and_save(cfg: dict, decisions: RunDecisions, data_dir: str, out_dir: P
     dist.barrier()  # the last collective: every rank's results are complete after it
 
 
-def train(cfg: dict, decisions: RunDecisions, data_dir: str, out_dir: Path, log_dir: str,
+def train(cfg: TrainView | dict, decisions: RunDecisions, data_dir: str, out_dir: Path, log_dir: str,
           status: logs.RankStatus) -> None:
+    cfg = TrainView.of(cfg)
     env = ranks.read()
     log = logs.setup(log_dir, env.rank)
     torch.set_num_threads(decisions.threads_per_process)
@@ -136,11 +138,11 @@ def train(cfg: dict, decisions: RunDecisions, data_dir: str, out_dir: Path, log_
              f"precision {decisions.precision}; {decisions.threads_per_process} threads "
              f"(OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}) on CPUs {hardware.cpu_list()}")
     log.info(intel.prepare_rank(decisions.as_dict()))  # every node checks its own versions
-    dist_cfg = cfg["distributed"]
-    with process_group.joined(decisions.backend, env, dist_cfg["timeout_minutes"]):
+    dist_cfg = cfg.distributed
+    with process_group.joined(decisions.backend, env, dist_cfg.timeout_minutes):
         train_and_save(cfg, decisions, data_dir, out_dir, env, log, status)
         # A rank's own bound on teardown, a little after the launcher's.
-        status.trained(exit_within=dist_cfg["exit_grace_seconds"] + 10)
+        status.trained(exit_within=dist_cfg.exit_grace_seconds + 10)
 
 
 def main(argv=None) -> None:
@@ -150,7 +152,8 @@ def main(argv=None) -> None:
     parser.add_argument("--log-dir", required=True, help="folder for rank<N>.log and rank<N>.exit")
     args = parser.parse_args(argv)
     with logs.exit_status(args.log_dir, ranks.read().rank) as status:
-        train(step.read_config(args), step.read_decisions(args), args.data, Path(args.out), args.log_dir, status)
+        config, decisions = step.read_view(args, TrainView), step.read_decisions(args)
+        train(config, decisions, args.data, Path(args.out), args.log_dir, status)
 
 
 if __name__ == "__main__":
