@@ -70,7 +70,7 @@ def main(argv=None) -> None:
     env = ranks.read()
     torch.set_num_threads(1)
     with logs.exit_status(args.log_dir, env.rank) as status, \
-            process_group.joined("gloo", env.rank, env.world_size, args.timeout_minutes):
+            process_group.joined("gloo", env, args.timeout_minutes):
         points = probe(env.world_size, env.rank, args.sizes_mb, args.repeats)
         hosts = [None] * env.world_size
         dist.all_gather_object(hosts, socket.gethostname())

@@ -163,7 +163,7 @@ def load(path: str) -> PlanView:
     text = Path(path).read_text()
     if path.endswith((".yaml", ".yml")):
         return PlanView.pick(cfg.validate(yaml.safe_load(text)))
-    return PlanView.of(read_json(path))
+    return PlanView.pick(read_json(path))  # the plan slice, or a run's whole configuration
 
 
 def profile(config: PlanView | dict, environment: str | None, steps: int, warmup: int, barrier=None, parties=1) -> dict:
