@@ -81,3 +81,10 @@ def test_pick_takes_the_views_part_of_a_whole_configuration():
     assert view.distributed.processes_per_node == 1 and view.train.precision == "auto"
     assert views.distributed_of(config) == view.distributed == views.distributed_of(view)
     assert views.train_of(config) == view.train
+
+
+def test_the_data_view_of_a_whole_demo_configuration_leaves_out_the_generator():
+    config = cfg.validate(yaml.safe_load((REPO / "experiments/demo.yaml").read_text()))
+    assert "generate" in config["data"]
+    view = views.DataView.pick(config)
+    assert view.data.format == "glue_tsv" and view.data.train == config["data"]["train"]

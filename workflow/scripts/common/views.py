@@ -37,6 +37,8 @@ class _View:
         """The view's part of a larger mapping (a whole configuration)."""
         if isinstance(config, cls):
             return config
+        if not isinstance(config, dict):
+            raise ValueError(f"{cls.__name__}: expected a mapping, got {type(config).__name__}")
         return cls.of({f.name: config[f.name] for f in dataclasses.fields(cls) if f.name in config})
 
     def as_dict(self) -> dict:
@@ -135,6 +137,14 @@ class PlanSettings(_View):
 class DataView(_View):
     task: str
     data: DataFiles | None = None
+
+    @classmethod
+    def pick(cls, config):
+        """As _View.pick; a whole configuration's data.generate (how the demo
+        makes its files) is not part of what the data stage reads."""
+        if isinstance(config, dict) and isinstance(config.get("data"), dict):
+            config = {**config, "data": {k: v for k, v in config["data"].items() if k != "generate"}}
+        return super().pick(config)
 
 
 @dataclass(frozen=True)

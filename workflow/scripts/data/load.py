@@ -16,7 +16,7 @@ datasets.disable_progress_bars()
 
 def load(config: DataView | dict):
     """Local files when the config names them, else the Hub."""
-    config = DataView.of(config)
+    config = DataView.pick(config)
     task = tasks.get_task(config.task)
     if config.data:
         keys = ("train", "validation", "validation_mismatched")

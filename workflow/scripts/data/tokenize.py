@@ -40,7 +40,7 @@ def tokenize_split(task, tokenizer, split_name: str, split, train: TrainSettings
 
 def tokenize(config: TokenizeView | dict, raw: datasets.DatasetDict) -> datasets.DatasetDict:
     """Every split of the data step's output, with the run's tokenizer."""
-    config = TokenizeView.of(config)
+    config = TokenizeView.pick(config)
     task = tasks.get_task(config.task)
     tokenizer = load_tokenizer(config.model, config.trust_remote_code)
     return datasets.DatasetDict({

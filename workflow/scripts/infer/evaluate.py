@@ -22,7 +22,7 @@ from workflow.scripts.infer.runtime import latency_ms, load_eager, score
 def evaluate(config: EvaluateView | dict, model_dir: str, tokenized_dir: str, raw_dir: str, precision: str,
              ipex: bool = False):
     """Metrics of every validation split, samples per second overall and batch-1 latency."""
-    config = EvaluateView.of(config)
+    config = EvaluateView.pick(config)
     task = tasks.get_task(config.task)
     cpu = hardware.cpu_summary()
     torch.set_num_threads(hardware.usable_cores(cpu))

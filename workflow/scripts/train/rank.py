@@ -130,7 +130,7 @@ def train_and_save(cfg: TrainView, decisions: RunDecisions, data_dir: str, out_d
 
 def train(cfg: TrainView | dict, decisions: RunDecisions, data_dir: str, out_dir: Path, log_dir: str,
           status: logs.RankStatus) -> None:
-    cfg = TrainView.of(cfg)
+    cfg = TrainView.pick(cfg)
     env = ranks.read()
     log = logs.setup(log_dir, env.rank)
     torch.set_num_threads(decisions.threads_per_process)
