@@ -227,6 +227,10 @@ def test_killed_rank_and_scancel_fail_the_job_and_a_rerun_resumes(cluster, tiny_
     proc = start(argv)
     resumed = "resumed from results/faults/default/checkpoints/step-00000010 (step 10)"
     wait_until("the rerun resuming", lambda: resumed in logs.log_path(rank_logs, 0).read_text(), proc)
+    # Both ranks in the training loop, where SIGTERM means a checkpoint; before
+    # it (loading, resuming) SIGTERM stops a rank at once, with nothing to save.
+    wait_until("both ranks training", lambda: all(
+        logs.read_status(rank_logs, rank).get("resumed_from_step") == 10 for rank in (0, 1)), proc)
     job = running_training(cluster)
     slurm.run(cluster, ["scancel", job])
     cancelled = time.monotonic()

@@ -112,8 +112,11 @@ def train_and_save(cfg: TrainView, decisions: RunDecisions, data_dir: str, out_d
     ckpt_root, fp = out_dir / "checkpoints", fingerprint(cfg, t.sampler.global_size)
     progress = Progress()
     loop.resume(t, progress, env, ckpt_root, fp, log)
+    # From here a SIGTERM means "checkpoint, then stop" rather than "stop now";
+    # the status says so only once the handler is in place.
+    stops = StopRequests()
     status.write("running", resumed_from_step=progress.resumed_from_step)
-    loop.run_epochs(t, progress, cfg, env, ckpt_root, fp, log, StopRequests())
+    loop.run_epochs(t, progress, cfg, env, ckpt_root, fp, log, stops)
     gathered = [None] * env.world_size
     dist.all_gather_object(gathered, rank_record(env, t.model, decisions.threads_per_process, t.comm))
     if env.is_main:
