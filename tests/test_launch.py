@@ -12,6 +12,7 @@ from workflow.scripts.nodes import describe as environment
 from workflow.scripts.common.hostfile import read_hostfile
 from workflow.scripts.launch import __main__ as launch_cli
 from workflow.scripts.launch import command as launch
+from workflow.scripts.launch import hosts
 from workflow.scripts.launch import mpi
 from workflow.scripts.common.errors import UserError
 
@@ -269,6 +270,16 @@ def test_build_srun_passes_the_environment_through_srun(monkeypatch):
     monkeypatch.setenv("SLURM_STEP_ID", "0")
     single = cfg.validate({**config, "distributed": {**config["distributed"], "nodes": 1, "processes_per_node": 1}})
     assert launch.build(single, info, ["prog"]) == ["prog"]
+
+
+def test_min_nodes_under_slurm_keeps_the_allocation_and_warns(capsys):
+    """The Slurm plugin cannot ask for a range of nodes: a retry under srun
+    keeps `nodes` (Slurm picks them) and says that min_nodes does not apply."""
+    config = cfg.validate({"experiment": "x", "task": "mrpc", "model": "m",
+                           "distributed": {"launcher": "srun", "nodes": 2, "min_nodes": 1,
+                                           "threads_per_process": 1}})
+    assert hosts.for_retry(config) == (None, [])
+    assert "distributed.min_nodes does not apply under Slurm" in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------- real runs
