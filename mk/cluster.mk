@@ -30,7 +30,7 @@ test-multinode: venv
 # (the fixture's finally; a killed run's are swept by the next).
 test-slurm: venv
 	@test "$$(id -u)" = 0 || { echo "test-slurm needs root (ip netns, the Slurm daemons)" >&2; exit 1; }
-	PATH=$(CURDIR)/$(BIN):$$PATH timeout 900 $(BIN)/python -m pytest -q -s tests/test_slurm.py
+	PATH=$(CURDIR)/$(BIN):$$PATH timeout 1800 $(BIN)/python -m pytest -q -s tests/test_slurm.py
 
 # The shaped-network test cluster (README, Scaling): 4 test hosts whose links
 # get a bandwidth (tc tbf) and, where the kernel has sch_netem, a latency; the

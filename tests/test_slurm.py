@@ -33,6 +33,7 @@ import cluster as slurm
 import hosts as netns
 
 SNAKEMAKE_TIMEOUT = 420  # one workflow run through the test cluster
+LIMIT_EPOCHS = 15  # x 200 steps: about 210 s of training here, more than one 4-minute job holds
 
 
 def unavailable() -> str | None:
@@ -66,12 +67,16 @@ def cluster(tmp_path_factory):
         assert not [ns for ns in netns.namespaces() if ns.startswith(prefix)]
 
 
-def site_profile(folder: Path) -> Path:
-    """profiles/slurm with its partition and account lines filled in."""
+def site_profile(folder: Path, train_minutes: int | None = None) -> Path:
+    """profiles/slurm with its partition and account lines filled in (and a
+    time limit for training, as a site with short jobs would set)."""
     text = (REPO / "profiles" / "slurm" / "config.yaml").read_text()
     site = text.replace("# slurm_partition: cpu ", f"slurm_partition: {slurm.PARTITION} ")
     site = site.replace("# slurm_account: myproject ", f"slurm_account: {slurm.ACCOUNT} ")
     assert site.count(slurm.PARTITION) == 1 and site.count(slurm.ACCOUNT) == 1, "profile lines changed"
+    if train_minutes:
+        site = site.replace("  train_ddp:\n", f"  train_ddp:\n    runtime: {train_minutes}\n")
+        assert f"runtime: {train_minutes}" in site, "profile lines changed"
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "config.yaml").write_text(site)
     return folder
@@ -88,11 +93,12 @@ def experiment(work: Path, model: Path, name: str, n_train: int, **settings) -> 
         "train": train, **settings})
 
 
-def snakemake(cluster, work: Path, configfile: Path, *extra: str) -> list[str]:
+def snakemake(cluster, work: Path, configfile: Path, *extra: str, train_minutes: int | None = None) -> list[str]:
     """Snakemake on the login host, the way a user starts it there."""
+    profile = site_profile(work / "profile", train_minutes)
     argv = ["env", f"PATH={BIN}{os.pathsep}{os.environ['PATH']}", "HF_HUB_OFFLINE=1",
             sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), "--directory", str(work),
-            "--profile", str(site_profile(work / "profile")), "--slurm-init-seconds-before-status-checks", "1",
+            "--profile", str(profile), "--slurm-init-seconds-before-status-checks", "1",
             *extra, "--configfile", str(configfile)]
     return slurm.on_host(cluster, cluster.login, argv)
 
@@ -267,6 +273,54 @@ def test_a_retry_submitted_by_snakemake_resumes_and_finishes(cluster, tiny_model
     assert tries[1]["resumed_from_step"] >= 10 and run["steps"] == 80, run
     assert (run_dir / "model").is_dir() and not (run_dir / "checkpoints").exists()
     print(f"\nslurm: retried after rank 1 was killed: {tries}")
+
+
+@pytest.mark.timeout(1500)
+def test_a_training_longer_than_its_time_limit_finishes_in_several_jobs(cluster, tiny_model_dir, tmp_path):
+    """profiles/slurm asks for SIGTERM 120 s before training's time limit. With
+    a 4-minute limit it comes 60-120 s into each job (Slurm may send it up to
+    60 s early), while the ranks train: they checkpoint and end the job before
+    the limit, and Snakemake's next try resumes exactly there, until one try
+    finishes. The workflow is started once."""
+    configfile = experiment(tmp_path, tiny_model_dir, "limit", n_train=3200,
+                            train={"epochs": LIMIT_EPOCHS, "checkpoint_every": 100_000},
+                            distributed={"nodes": 2, "processes_per_node": 1, "threads_per_process": 2,
+                                         "retries": 8})
+    started = time.monotonic()
+    proc = start(snakemake(cluster, tmp_path, configfile, train_minutes=4))
+    try:
+        out = proc.communicate(timeout=1400)[0]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, explain(out)
+    run = json.loads((tmp_path / "results/limit/summary.json").read_text())["runs"][0]
+    tries = run["tries"]
+    assert len(tries) >= 2 and [t["outcome"] for t in tries] == ["preempted"] * (len(tries) - 1) + ["ok"], tries
+    for earlier, later in zip(tries, tries[1:]):
+        step = int(earlier["error"].split("stopped at step ")[1].split()[0])
+        assert later["resumed_from_step"] == step, tries  # resumed exactly where it stopped
+    assert run["steps"] == LIMIT_EPOCHS * 200, run
+    # One job per try, resubmitted by Snakemake (never retried inside an
+    # allocation at its limit); every job but the last ended itself (exit 75)
+    # before its limit: none timed out.
+    states = training_states(cluster, "rule_train_ddp_wildcards_limit_default", len(tries))
+    assert states == ["FAILED"] * (len(tries) - 1) + ["COMPLETED"], states
+    print(f"\nslurm: {len(tries)} jobs of at most 4 minutes in {time.monotonic() - started:.0f} s; "
+          f"stopped at {[t.get('error', 'done').split(' on ')[0] for t in tries]}")
+
+
+def training_states(cluster, comment: str, count: int) -> list[str]:
+    """The states of a rule's jobs in submission order, once slurmdbd has all
+    `count` of them (it records a job's end a moment after the job ends)."""
+    deadline = time.monotonic() + 60
+    while True:
+        jobs = [j for j in accounting(cluster).values() if j["Comment"] == comment]
+        states = [j["State"] for j in sorted(jobs, key=lambda j: int(j["JobID"]))]
+        if len(states) >= count and "RUNNING" not in states or time.monotonic() > deadline:
+            return states
+        time.sleep(2)
 
 
 def running_training(cluster) -> str:

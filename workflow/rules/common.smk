@@ -71,6 +71,13 @@ def machine_cores():
     return settings.cores or settings.local_cores or 1
 
 
+def training_retries():
+    """distributed.retries, counted and resubmitted by the main process only.
+    The process inside a Slurm job would otherwise retry in the same
+    allocation, which may be at its time limit (whose SIGTERM stopped the try)."""
+    return CONFIG["distributed"]["retries"] if workflow.is_main_process else 0
+
+
 def dist_of(wildcards):
     return RUNS[wildcards.run]["distributed"]
 

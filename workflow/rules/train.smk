@@ -17,7 +17,7 @@ rule train_ddp:
     # A failed try is retried by the workflow itself; it resumes from the
     # newest whole checkpoint (and, with distributed.min_nodes, may go on
     # without a node that is gone). tries.json keeps every try.
-    retries: CONFIG["distributed"]["retries"]
+    retries: training_retries()
     conda:
         "../../envs/cpuddp.yaml"
     # The ranks take the nodes' cores; one MPI job at a time on them (the
