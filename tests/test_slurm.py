@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import os
 import shutil
 import signal
@@ -33,7 +34,7 @@ import cluster as slurm
 import hosts as netns
 
 SNAKEMAKE_TIMEOUT = 420  # one workflow run through the test cluster
-LIMIT_EPOCHS = 15  # x 200 steps: about 210 s of training here, more than one 4-minute job holds
+LIMIT_EPOCHS = 12  # x 200 steps: about 170 s of training here (2 test hosts)
 
 
 def unavailable() -> str | None:
@@ -277,19 +278,26 @@ def test_a_retry_submitted_by_snakemake_resumes_and_finishes(cluster, tiny_model
 
 @pytest.mark.timeout(1500)
 def test_a_training_longer_than_its_time_limit_finishes_in_several_jobs(cluster, tiny_model_dir, tmp_path):
-    """profiles/slurm asks for SIGTERM 120 s before training's time limit. With
-    a 4-minute limit it comes 60-120 s into each job (Slurm may send it up to
-    60 s early), while the ranks train: they checkpoint and end the job before
-    the limit, and Snakemake's next try resumes exactly there, until one try
-    finishes. The workflow is started once."""
+    """profiles/slurm asks for SIGTERM 120 s before training's time limit: the
+    ranks checkpoint and end the job before the limit, and Snakemake's next
+    try, a new job, resumes exactly there. So that the signal comes while the
+    ranks train on any CPU, the test cuts the first job's limit (scontrol) to
+    1-2 minutes ahead once its ranks train; Slurm then sends the signal at its
+    next time-limit check. The workflow is started once."""
     configfile = experiment(tmp_path, tiny_model_dir, "limit", n_train=3200,
                             train={"epochs": LIMIT_EPOCHS, "checkpoint_every": 100_000},
                             distributed={"nodes": 2, "processes_per_node": 1, "threads_per_process": 2,
                                          "retries": 8})
+    rank_logs = tmp_path / "logs/train_ddp/limit/default"
     started = time.monotonic()
-    proc = start(snakemake(cluster, tmp_path, configfile, train_minutes=4))
+    proc = start(snakemake(cluster, tmp_path, configfile, train_minutes=10))
+    wait_until("both ranks training", lambda: all(
+        "resumed_from_step" in logs.read_status(rank_logs, rank) for rank in (0, 1)), proc)
+    job = running_training(cluster)
+    minutes = math.ceil(job_seconds(cluster, job) / 60) + 1  # 60-120 s left: within the signal's 120
+    slurm.run(cluster, ["scontrol", "update", f"JobId={job}", f"TimeLimit={minutes}"])
     try:
-        out = proc.communicate(timeout=1400)[0]
+        out = proc.communicate(timeout=1300)[0]
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -307,8 +315,18 @@ def test_a_training_longer_than_its_time_limit_finishes_in_several_jobs(cluster,
     # before its limit: none timed out.
     states = training_states(cluster, "rule_train_ddp_wildcards_limit_default", len(tries))
     assert states == ["FAILED"] * (len(tries) - 1) + ["COMPLETED"], states
-    print(f"\nslurm: {len(tries)} jobs of at most 4 minutes in {time.monotonic() - started:.0f} s; "
-          f"stopped at {[t.get('error', 'done').split(' on ')[0] for t in tries]}")
+    print(f"\nslurm: first job's limit cut to {minutes} min; {len(tries)} jobs in "
+          f"{time.monotonic() - started:.0f} s; stopped at {[t.get('error', 'done').split(' on ')[0] for t in tries]}")
+
+
+def job_seconds(cluster, job: str) -> int:
+    """How long a job has run (squeue's [D-]H:MM:SS or M:SS)."""
+    text = slurm.run(cluster, ["squeue", "-h", "-j", job, "-o", "%M"]).stdout.strip()
+    days, _, clock = text.rpartition("-")
+    seconds = 0
+    for part in clock.split(":"):
+        seconds = seconds * 60 + int(part)
+    return seconds + int(days or 0) * 86400
 
 
 def training_states(cluster, comment: str, count: int) -> list[str]:
