@@ -10,7 +10,7 @@
 CI_DEBS := mpich openmpi-bin iproute2 util-linux make \
 	slurmctld slurmd slurm-client munge slurmdbd mariadb-server
 
-.PHONY: ci-deps test-multinode test-slurm
+.PHONY: ci-deps test-multinode test-slurm test-slurm-time-limit
 
 ci-deps:
 	@missing=$$(for p in $(CI_DEBS); do \
@@ -31,6 +31,13 @@ test-multinode: venv
 test-slurm: venv
 	@test "$$(id -u)" = 0 || { echo "test-slurm needs root (ip netns, the Slurm daemons)" >&2; exit 1; }
 	PATH=$(CURDIR)/$(BIN):$$PATH timeout 1800 $(BIN)/python -m pytest -q -s tests/test_slurm.py
+
+# A training longer than its Slurm time limit (profiles/slurm's --signal);
+# not yet in make test: it failed once in four runs, cause not yet known.
+test-slurm-time-limit: venv
+	@test "$$(id -u)" = 0 || { echo "test-slurm-time-limit needs root (ip netns, the Slurm daemons)" >&2; exit 1; }
+	CPUDDP_SLURM_TIME_LIMIT=1 PATH=$(CURDIR)/$(BIN):$$PATH timeout 1800 $(BIN)/python -m pytest -q -s \
+		tests/test_slurm.py -k time_limit
 
 # The shaped-network test cluster (README, Scaling): 4 test hosts whose links
 # get a bandwidth (tc tbf) and, where the kernel has sch_netem, a latency; the

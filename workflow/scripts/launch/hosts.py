@@ -30,13 +30,14 @@ def for_retry(config) -> tuple[list[str] | None, list[str]]:
     """(hosts to run on, hosts dropped); (None, []) keeps the run's own."""
     dist = distributed_of(config)
     min_nodes = dist.min_nodes or dist.nodes
-    if dist.launcher == "srun" and min_nodes < dist.nodes:
-        # The Slurm plugin takes `nodes` as a whole number (no 2-4 range), so
-        # a retry cannot ask for fewer; Slurm picks the nodes of each try.
-        print(f"warning: distributed.min_nodes does not apply under Slurm: this try runs on a new allocation "
-              f"of {dist.nodes} nodes (a partition with fewer up makes it pend)", file=sys.stderr)
-    if dist.launcher == "srun" or not dist.hostfile or min_nodes >= dist.nodes \
-            and len(read_hostfile(dist.hostfile)) <= dist.nodes:
+    if dist.launcher == "srun":
+        if min_nodes < dist.nodes:
+            # The Slurm plugin takes `nodes` as a whole number (no 2-4 range),
+            # so a retry cannot ask for fewer; Slurm picks the nodes of each try.
+            print(f"warning: distributed.min_nodes does not apply under Slurm: this try runs on a new "
+                  f"allocation of {dist.nodes} nodes (a partition with fewer up makes it pend)", file=sys.stderr)
+        return None, []
+    if not dist.hostfile or min_nodes >= dist.nodes and len(read_hostfile(dist.hostfile)) <= dist.nodes:
         return None, []
     alive, problems = reachable(config, dist.check_timeout_seconds)
     wanted = read_hostfile(dist.hostfile)[:dist.nodes]
