@@ -69,9 +69,9 @@ test: venv
 RUNS ?= 30
 test-teardown: venv intel-venv
 	CPUDDP_TEARDOWN_RUNS=$(RUNS) PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -q -s \
-		tests/test_teardown.py -k always_end
+		tests/integration/test_teardown.py -k always_end
 	CPUDDP_TEARDOWN_RUNS=$(RUNS) CPUDDP_INTEL_STACK=1 PATH=$(INTEL_BIN):$$PATH $(INTEL_BIN)/python -m pytest -q -s \
-		tests/test_teardown.py -k always_end
+		tests/integration/test_teardown.py -k always_end
 
 # Style: ruff on the Python, snakefmt on the rules, Snakemake's own lint.
 lint: venv
@@ -85,7 +85,7 @@ lint: venv
 ROUNDS ?= 8
 test-chaos: venv
 	CPUDDP_CHAOS_ROUNDS=$(ROUNDS) PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -q -s \
-		tests/test_self_healing.py -k chaos
+		tests/integration/test_self_healing.py -k chaos
 
 clean:
 	rm -rf results logs .snakemake

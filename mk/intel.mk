@@ -65,8 +65,8 @@ $(CCL_STAMP): $(INTEL_STAMP)
 # root (network namespaces) and says so when skipped.
 test-intel: intel-venv
 	CPUDDP_INTEL_STACK=1 PATH=$(INTEL_BIN):$$PATH $(INTEL_BIN)/python -m pytest -q \
-		tests/test_intel.py tests/test_intel_stack.py tests/test_teardown.py \
-		tests/test_multinode.py::test_ccl_training_across_hosts
+		tests/integration/test_intel.py tests/integration/test_intel_stack.py tests/integration/test_teardown.py \
+		tests/integration/test_multinode.py::test_ccl_training_across_hosts
 
 # gloo against ccl through the workflow (experiments/demo-ccl.yaml), then its
 # report with the two runs side by side.

@@ -17,6 +17,10 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
+TESTS = Path(__file__).resolve().parent
+# Test modules share helpers across the lanes (`from conftest import ...`,
+# `from test_sweep import ...`): both lane folders are importable by name.
+sys.path[:0] = [str(TESTS), str(TESTS / "unit"), str(TESTS / "integration")]
 
 
 @pytest.fixture(scope="session")
@@ -66,19 +70,53 @@ def write_config(path: Path, config: dict) -> Path:
 
 # ------------------------------------------------------------ no test hangs
 
-# Modules whose tests start ranks or whole workflow runs: the generous timeout.
-TRAINING_MODULES = {"test_compare", "test_demo_data", "test_every_task", "test_fault_tolerance", "test_intel",
-                    "test_intel_stack", "test_launch", "test_mpi_flavours", "test_multinode", "test_quantize",
-                    "test_report", "test_slurm", "test_sweep", "test_tune", "test_workflow", "test_teardown",
-                    "test_accumulation", "test_self_healing"}
+# The integration lane starts ranks and whole workflow runs: a generous timeout.
 TRAINING_TIMEOUT = 1200
 DUMP_AHEAD_SECONDS = 20  # before pytest-timeout fails the test
 
 
+def lane(item) -> str:
+    """'unit' or 'integration': the folder under tests/ that holds the test."""
+    return Path(str(item.fspath)).relative_to(TESTS).parts[0]
+
+
 def pytest_collection_modifyitems(items):
     for item in items:
-        if item.module.__name__ in TRAINING_MODULES and not item.get_closest_marker("timeout"):
+        if lane(item) == "integration" and not item.get_closest_marker("timeout"):
             item.add_marker(pytest.mark.timeout(TRAINING_TIMEOUT))
+
+
+# ------------------------------------------------ the unit lane stays a unit lane
+
+@pytest.fixture(autouse=True)
+def unit_tests_start_no_process(request, monkeypatch):
+    """tests/unit: no processes (and so no ranks, MPI, namespaces or
+    workflow runs); a test that needs one belongs in tests/integration."""
+    if lane(request.node) == "unit":
+        def refuse(self, *args, **kwargs):
+            raise RuntimeError(f"{request.node.nodeid} started a process: move it to tests/integration")
+
+        monkeypatch.setattr(subprocess.Popen, "__init__", refuse)
+    yield
+
+
+# ------------------------------------------------------------ skips under CI
+
+# A skip CI may see: the test runs in another target that CI calls, or it
+# depends on an instruction set this CPU lacks. Every other skip fails under
+# CI=true, where the packages, root and the Intel env are all provided.
+SKIP_ALLOWED_IN_CI = re.compile(r"runs in `make [\w-]+`|this CPU (has no|lacks)")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if os.environ.get("CI") == "true" and report.skipped and not hasattr(report, "wasxfail"):
+        reason = str(report.longrepr[2]) if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        if not SKIP_ALLOWED_IN_CI.search(reason):
+            report.outcome = "failed"
+            report.longrepr = f"skipped under CI, where this must run: {reason}"
 
 
 def item_timeout(item) -> float:

@@ -3,7 +3,7 @@ and per stage the view of the slice it reads (common/stages.py cuts the
 slices; a step loads its view once, in `step.read_view`).
 
 The schema (validated while the workflow is parsed, defaults filled in) stays
-the source of truth: tests/test_views.py checks every field and default here
+the source of truth: tests/unit/test_views.py checks every field and default here
 against it, so the two cannot drift apart. Defaults exist here only so that a
 partial slice (the tokenize stage reads two train keys) is still a full view.
 """

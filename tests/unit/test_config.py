@@ -7,7 +7,7 @@ import yaml
 
 from workflow.scripts.common import config as cfg
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 BASE = {"experiment": "x", "task": "mrpc", "model": "some/model"}
 
 

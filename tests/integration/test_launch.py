@@ -294,7 +294,7 @@ RANK_PROGRAM = (
 @pytest.fixture
 def run_files(tmp_path, mpi_path, monkeypatch):
     """A run's config JSON and environment.json, 2 ranks of 3 threads."""
-    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parents[1]))
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parents[2]))
     evil = f"a b;touch {tmp_path}/pwned"
     config = cfg.validate({"experiment": "t", "task": "mrpc", "model": "m",
                            "train": {"precision": "fp32"},

@@ -13,7 +13,7 @@ import yaml
 from workflow.scripts.common import tasks
 from workflow.scripts.data.readers import FORMATS
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SCRIPTS = REPO / "workflow" / "scripts"
 MAX_MODULE_LINES, MAX_FUNCTION_LINES = 300, 50
 

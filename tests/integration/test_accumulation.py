@@ -25,7 +25,7 @@ from workflow.scripts.data import tokenize as tokenize_data
 from workflow.scripts.launch import job
 from workflow.scripts.nodes import describe
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 GLOBAL_BATCH, STEPS = 16, 6  # 48 training pairs: 3 updates per epoch, 2 epochs
 # The layouts differ only in the order fp32 sums are taken (within a batch,

@@ -31,7 +31,7 @@ from workflow.scripts.train import loop, process_group
 from workflow.scripts.train import rank as train
 from workflow.scripts.common.errors import UserError
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 STRESS_RUNS = int(os.environ.get("CPUDDP_TEARDOWN_RUNS", "3"))
 

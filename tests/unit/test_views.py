@@ -12,7 +12,7 @@ import yaml
 from workflow.scripts.common import config as cfg
 from workflow.scripts.common import stages, views
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SCHEMA = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())
 EXPERIMENTS = sorted((REPO / "experiments").glob("*.yaml"))
 
