@@ -5,8 +5,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test lint test-teardown test-chaos bench bench-quant clean report compare plan
+.PHONY: venv demo bench bench-quant clean report compare plan
 
+include mk/tests.mk
 include mk/cluster.mk
 include mk/intel.mk
 
@@ -57,35 +58,6 @@ results/%/plan/profile.json:
 	@test -f experiments/$*.yaml || { echo "make plan: no experiments/$*.yaml (EXP=<experiment name>)" >&2; exit 2; }
 	mkdir -p $(@D)
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m workflow.scripts.train.profile --config experiments/$*.yaml --out $@
-
-test: venv
-	@$(MAKE) --no-print-directory intel-venv-background
-	$(MAKE) --no-print-directory lint
-	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -q tests
-	$(MAKE) --no-print-directory test-intel-optional
-
-# The exit-time deadlock was a race: many 2-rank trainings in a row, gloo and
-# ccl, in the default env and the Intel env (about 7 s each; RUNS=30: ~15 min).
-RUNS ?= 30
-test-teardown: venv intel-venv
-	CPUDDP_TEARDOWN_RUNS=$(RUNS) PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -q -s \
-		tests/integration/test_teardown.py -k always_end
-	CPUDDP_TEARDOWN_RUNS=$(RUNS) CPUDDP_INTEL_STACK=1 PATH=$(INTEL_BIN):$$PATH $(INTEL_BIN)/python -m pytest -q -s \
-		tests/integration/test_teardown.py -k always_end
-
-# Style: ruff on the Python, snakefmt on the rules, Snakemake's own lint.
-lint: venv
-	$(BIN)/ruff check .
-	$(BIN)/snakefmt --check Snakefile workflow/rules
-	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/snakemake --lint --configfile experiments/demo.yaml
-
-# Seeded rounds of random faults (rank kill, SIGSTOP, SIGTERM to a rank or to
-# mpirun, a corrupted newest checkpoint) in one run, which must end with the
-# weights of a clean run (`make test` runs 3 rounds): make test-chaos ROUNDS=8
-ROUNDS ?= 8
-test-chaos: venv
-	CPUDDP_CHAOS_ROUNDS=$(ROUNDS) PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -q -s \
-		tests/integration/test_self_healing.py -k chaos
 
 clean:
 	rm -rf results logs .snakemake

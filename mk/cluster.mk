@@ -4,9 +4,9 @@
 #   make test-multinode   the across-hosts tests alone (root): DDP over veth between namespaces
 #   make test-slurm       the Slurm tests alone (root): munge, slurmdbd + MariaDB, slurmctld and
 #                         a slurmd per test host; `snakemake --profile profiles/slurm` through them
-# `make test` runs them too (tests/integration/test_multinode.py, tests/integration/test_mpi_flavours.py,
-# tests/integration/test_slurm.py); without root the namespace and Slurm tests are skipped,
-# and CI (root) runs ci-deps first.
+# `make test-integration` runs them too (tests/integration/test_multinode.py,
+# test_mpi_flavours.py, test_slurm.py). Each target checks root and the
+# packages first and stops with one line that names the fix.
 CI_DEBS := mpich openmpi-bin iproute2 util-linux make \
 	slurmctld slurmd slurm-client munge slurmdbd mariadb-server
 
@@ -22,20 +22,17 @@ ci-deps:
 
 # Bounded: the namespaces go whatever happens (the tests' finally), and a
 # run killed by this timeout leaves nothing the next run does not sweep.
-test-multinode: venv
-	@test "$$(id -u)" = 0 || { echo "test-multinode needs root (ip netns)" >&2; exit 1; }
+test-multinode: need-root need-debs venv
 	PATH=$(CURDIR)/$(BIN):$$PATH timeout 600 $(BIN)/python -m pytest -q -s tests/integration/test_multinode.py
 
 # Bounded the same way: the daemons, jobs and namespaces go whatever happens
 # (the fixture's finally; a killed run's are swept by the next).
-test-slurm: venv
-	@test "$$(id -u)" = 0 || { echo "test-slurm needs root (ip netns, the Slurm daemons)" >&2; exit 1; }
+test-slurm: need-root need-debs venv
 	PATH=$(CURDIR)/$(BIN):$$PATH timeout 1800 $(BIN)/python -m pytest -q -s tests/integration/test_slurm.py
 
 # A training longer than its Slurm time limit (profiles/slurm's --signal);
 # not yet in make test: it failed once in four runs, cause not yet known.
-test-slurm-time-limit: venv
-	@test "$$(id -u)" = 0 || { echo "test-slurm-time-limit needs root (ip netns, the Slurm daemons)" >&2; exit 1; }
+test-slurm-time-limit: need-root need-debs venv
 	CPUDDP_SLURM_TIME_LIMIT=1 PATH=$(CURDIR)/$(BIN):$$PATH timeout 1800 $(BIN)/python -m pytest -q -s \
 		tests/integration/test_slurm.py -k time_limit
 
@@ -48,7 +45,6 @@ GBIT ?= 0.5 1
 LATENCY_US ?= 0
 HOSTS ?= 2 3 4
 .PHONY: test-scaling
-test-scaling: venv
-	@test "$$(id -u)" = 0 || { echo "test-scaling needs root (ip netns, tc)" >&2; exit 1; }
+test-scaling: need-root need-debs venv
 	CPUDDP_SCALING=1 CPUDDP_SCALING_GBIT="$(GBIT)" CPUDDP_SCALING_LATENCY_US="$(LATENCY_US)" CPUDDP_SCALING_HOSTS="$(HOSTS)" \
 		PATH=$(CURDIR)/$(BIN):$$PATH timeout 900 $(BIN)/python -m pytest -q -s tests/integration/test_scaling.py

@@ -38,7 +38,7 @@ CCL_STAMP := $(INTEL_VENV)/.ccl-built-$(CCL_HASH)
 INTEL_LOCK := $(INTEL_VENV).lock
 INTEL_LOG := $(INTEL_VENV).log
 
-.PHONY: intel-venv intel-venv-background test-intel test-intel-optional bench-comm demo-ccl
+.PHONY: intel-venv intel-venv-background test-intel bench-comm demo-ccl
 
 intel-venv: $(CCL_STAMP)
 
@@ -62,9 +62,11 @@ $(CCL_STAMP): $(INTEL_STAMP)
 	touch $@
 
 # The ccl tests run on the compiled bindings; test_multinode's ccl run needs
-# root (network namespaces) and says so when skipped.
-test-intel: intel-venv
-	CPUDDP_INTEL_STACK=1 PATH=$(INTEL_BIN):$$PATH $(INTEL_BIN)/python -m pytest -q \
+# root (network namespaces). A build that `make test` started in the
+# background is waited for (flock), then found built.
+test-intel: need-intel-python need-root
+	$(if $(shell command -v flock),flock $(INTEL_LOCK)) $(MAKE) --no-print-directory -f $(firstword $(MAKEFILE_LIST)) intel-venv
+	CPUDDP_INTEL_STACK=1 PATH=$(INTEL_BIN):$$PATH $(INTEL_BIN)/python -m pytest -q -rs --junitxml=.lanes/intel.xml \
 		tests/integration/test_intel.py tests/integration/test_intel_stack.py tests/integration/test_teardown.py \
 		tests/integration/test_multinode.py::test_ccl_training_across_hosts
 
@@ -85,22 +87,11 @@ bench-comm: intel-venv
 
 # `make test` starts building the Intel env (5-6 min, mostly download and
 # unpacking) while the main suite runs; flock lets one build run at a time,
-# so test-intel-optional waits for it and then finds the env built.
+# so test-intel waits for it and then finds the env built.
 intel-venv-background:
 	@if command -v $(INTEL_PY) >/dev/null && command -v flock >/dev/null && [ ! -f $(CCL_STAMP) ]; then \
 		mkdir -p $(dir $(INTEL_VENV)); \
 		echo "building the Intel env in the background (log: $(INTEL_LOG))"; \
 		nohup flock $(INTEL_LOCK) $(MAKE) --no-print-directory -f $(firstword $(MAKEFILE_LIST)) \
 			intel-venv > $(INTEL_LOG) 2>&1 & \
-	fi
-
-# For `make test`: the Intel stack too, wherever its env can be built.
-test-intel-optional:
-	@if ! command -v $(INTEL_PY) >/dev/null; then \
-		echo "test-intel skipped: $(INTEL_PY) not found (the Intel env needs it)"; \
-	elif ! $(if $(shell command -v flock),flock $(INTEL_LOCK)) \
-			$(MAKE) --no-print-directory -f $(firstword $(MAKEFILE_LIST)) intel-venv; then \
-		echo "test-intel skipped: the Intel env could not be built (see above)"; \
-	else \
-		$(MAKE) --no-print-directory -f $(firstword $(MAKEFILE_LIST)) test-intel; \
 	fi

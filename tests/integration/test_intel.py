@@ -21,7 +21,7 @@ from workflow.scripts.launch import command as launch
 from workflow.scripts.common.errors import UserError
 
 HAS_IPEX = intel.installed_versions()[intel.IPEX_MODULE] is not None
-needs_ipex = pytest.mark.skipif(not HAS_IPEX, reason="IPEX is not installed here; `make test-intel` runs this")
+needs_ipex = pytest.mark.skipif(not HAS_IPEX, reason="IPEX is not installed here: runs in `make test-intel`")
 
 
 def one_line(err) -> str:
@@ -207,7 +207,7 @@ def test_ccl_ranks_get_the_setvars_environment(tmp_path, monkeypatch):
     assert "CCL_ROOT" not in gloo and "CCL_WORKER_COUNT" not in gloo
 
 
-@pytest.mark.skipif(oneccl.ccl_package_dir() is not None, reason="oneccl_bindings_for_pytorch is installed here")
+@pytest.mark.skipif(oneccl.ccl_package_dir() is not None, reason="oneccl_bindings_for_pytorch is installed here: runs in `make test-integration`")
 def test_ccl_requested_where_missing_says_how_to_install():
     with pytest.raises(UserError) as err:
         environment.choose_backend("ccl")

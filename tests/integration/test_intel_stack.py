@@ -26,7 +26,7 @@ from workflow.scripts.data import demo
 from workflow.scripts.common import hardware, intel, oneccl
 
 pytestmark = pytest.mark.skipif(os.environ.get("CPUDDP_INTEL_STACK") != "1",
-                                reason="needs the Intel env (torch 2.8 + IPEX 2.8): run `make test-intel`")
+                                reason="the Intel env (torch 2.8 + IPEX 2.8): runs in `make test-intel`")
 RUN = "results/tiny/default"
 
 

@@ -228,7 +228,7 @@ def test_ddp_training_across_hosts_through_profiles_xeon(cluster):
 
 
 needs_ccl = pytest.mark.skipif(importlib.util.find_spec("oneccl_bindings_for_pytorch") is None,
-                               reason="oneCCL bindings not installed: `make test-intel` runs this in the Intel env")
+                               reason="oneCCL bindings not installed: runs in `make test-intel` (the Intel env)")
 
 
 @needs_root
