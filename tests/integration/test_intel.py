@@ -207,7 +207,8 @@ def test_ccl_ranks_get_the_setvars_environment(tmp_path, monkeypatch):
     assert "CCL_ROOT" not in gloo and "CCL_WORKER_COUNT" not in gloo
 
 
-@pytest.mark.skipif(oneccl.ccl_package_dir() is not None, reason="oneccl_bindings_for_pytorch is installed here: runs in `make test-integration`")
+@pytest.mark.skipif(oneccl.ccl_package_dir() is not None,
+                    reason="oneccl_bindings_for_pytorch is installed here: runs in `make test-integration`")
 def test_ccl_requested_where_missing_says_how_to_install():
     with pytest.raises(UserError) as err:
         environment.choose_backend("ccl")

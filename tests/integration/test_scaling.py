@@ -51,7 +51,7 @@ BATCH, SEQ_LEN, STEPS = 8, 64, 9  # DDP rebuilds buckets after step 1; steps 3-8
 
 pytestmark = [
     pytest.mark.skipif(os.environ.get("CPUDDP_SCALING") != "1",
-                       reason="timing on a shaped network, minutes long: runs in `make test-scaling` (CPUDDP_SCALING=1)"),
+                       reason="a timing on a shaped network: runs in `make test-scaling` (CPUDDP_SCALING=1)"),
     pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("ip") or not shutil.which("tc")
                        or not shutil.which("taskset"), reason="test hosts need root, iproute2 (ip, tc), taskset"),
     pytest.mark.timeout(900),
