@@ -10,6 +10,7 @@ STAMP := $(VENV)/.installed
 include mk/tests.mk
 include mk/cluster.mk
 include mk/intel.mk
+include mk/docs.mk
 
 venv: $(STAMP)
 
@@ -51,13 +52,13 @@ compare: venv
 # also measures the network between the nodes.
 PLAN_ARGS ?=
 plan: venv results/$(EXP)/plan/profile.json
-	$(BIN)/python -m workflow.scripts.report.plan --profile results/$(EXP)/plan/profile.json \
+	$(BIN)/python -m workflow.scripts.plan.plan --profile results/$(EXP)/plan/profile.json \
 		--config experiments/$(EXP).yaml --out-dir results/$(EXP)/plan $(PLAN_ARGS)
 
 results/%/plan/profile.json:
 	@test -f experiments/$*.yaml || { echo "make plan: no experiments/$*.yaml (EXP=<experiment name>)" >&2; exit 2; }
 	mkdir -p $(@D)
-	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m workflow.scripts.train.profile --config experiments/$*.yaml --out $@
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m workflow.scripts.plan.profile --config experiments/$*.yaml --out $@
 
 clean:
 	rm -rf results logs .snakemake

@@ -26,6 +26,7 @@ include: "workflow/rules/data.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/infer.smk"
 include: "workflow/rules/report.smk"
+include: "workflow/rules/plan.smk"
 
 
 # On Slurm only the rules that launch ranks are submitted; the rest runs here.

@@ -24,7 +24,9 @@ import yaml
 from conftest import BIN, REPO, write_config
 from workflow.scripts.data import demo
 from workflow.scripts.launch import pin
-from workflow.scripts.nodes import check, describe, lines, reach
+from workflow.scripts.common import lines
+from workflow.scripts.launch import reach
+from workflow.scripts.nodes import check, describe
 from workflow.scripts.nodes import setup as node_setup
 
 sys.path.insert(0, str(REPO / "tests" / "netns"))

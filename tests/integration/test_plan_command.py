@@ -9,7 +9,7 @@ import sys
 
 
 from conftest import REPO, write_config
-from workflow.scripts.report.scaling_model import (MB, Network, Profile)
+from workflow.scripts.plan.scaling_model import (MB, Network, Profile)
 
 NET = Network.stated(10, 50)  # 1.25e9 bytes/s, 50 us
 
@@ -30,7 +30,7 @@ def test_plan_command_prints_table_and_writes_chart(tmp_path):
         "experiment": "e", "task": "mrpc", "model": "m", "distributed": {"hostfile": "h"},
         "sweep": {"nodes": [1, 2, 4]}, "plan": {"bandwidth_gbit": [10], "max_nodes": 8},
         "published": {"source": "s", "figures": {"n2": {"speedup": 1.7}, "n4": {"speedup": 3.0}}}})
-    done = subprocess.run([sys.executable, "-m", "workflow.scripts.report.plan", "--profile", str(path), "--config",
+    done = subprocess.run([sys.executable, "-m", "workflow.scripts.plan.plan", "--profile", str(path), "--config",
                            str(experiment), "--latency-us", "20", "--out-dir", str(tmp_path / "out")],
                           capture_output=True, text=True, cwd=REPO, timeout=120)
     assert done.returncode == 0, done.stderr
@@ -39,7 +39,7 @@ def test_plan_command_prints_table_and_writes_chart(tmp_path):
     plan = json.loads((tmp_path / "out" / "plan.json").read_text())
     assert plan["published_efficiency"] == {"2": 0.85, "4": 0.75}
     assert (tmp_path / "out" / "plan.png").stat().st_size > 10_000
-    bad = subprocess.run([sys.executable, "-m", "workflow.scripts.report.plan", "--profile", str(path),
+    bad = subprocess.run([sys.executable, "-m", "workflow.scripts.plan.plan", "--profile", str(path),
                           "--bandwidth-gbit", "0"], capture_output=True, text=True, cwd=REPO, timeout=120)
     assert bad.returncode == 1 and bad.stderr.strip().splitlines() == [
         "error: network: bandwidth 0.0 Gbit/s must be > 0 and latency 50 us >= 0"]

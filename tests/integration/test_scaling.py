@@ -35,7 +35,7 @@ import pytest
 from conftest import BIN, REPO
 from workflow.scripts.common import config as cfg
 from workflow.scripts.nodes import describe
-from workflow.scripts.report.scaling_model import Levers, Network, Profile, allreduce_seconds, fit_network, predict
+from workflow.scripts.plan.scaling_model import Levers, Network, Profile, allreduce_seconds, fit_network, predict
 
 sys.path.insert(0, str(REPO / "tests" / "netns"))
 import hosts as netns
@@ -154,7 +154,7 @@ def on_first_host(cluster, argv: list[str], timeout: float) -> subprocess.Comple
 def measure_network(cluster, base: dict) -> Network:
     """All-reduce times on 2..4 hosts (one launch), fitted."""
     folder, train_json = run_config(cluster, base, max(HOSTS))
-    on_first_host(cluster, [sys.executable, "-m", "workflow.scripts.train.network", "--config", str(train_json),
+    on_first_host(cluster, [sys.executable, "-m", "workflow.scripts.plan.network", "--config", str(train_json),
                             "--environment", str(folder / "environment.json"), "--out", str(folder / "net.json"),
                             "--log-dir", str(folder / "logs"), "--repeats", "3"], timeout=300)
     points = json.loads((folder / "net.json").read_text())["points"]
@@ -178,7 +178,7 @@ def step_shape(cluster, experiment) -> Profile:
     """One rank's step alone: forward, backward, update and when each
     gradient is ready (train/profile.py), for the shape of the step."""
     folder, train_json = run_config(cluster, experiment, 1)
-    done = subprocess.run(["taskset", "-c", "0", sys.executable, "-m", "workflow.scripts.train.profile", "--config",
+    done = subprocess.run(["taskset", "-c", "0", sys.executable, "-m", "workflow.scripts.plan.profile", "--config",
                            str(train_json), "--environment", str(folder / "environment.json"), "--out",
                            str(folder / "profile.json"), "--steps", "5", "--warmup", "2"],
                           cwd=REPO, env=host_env(cluster[3]), capture_output=True, text=True, timeout=300)

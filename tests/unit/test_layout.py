@@ -66,6 +66,46 @@ def test_no_import_circle():
             visit(name, [])
 
 
+# Which stage packages each may import: the stages run down this table, never
+# back up it (a rule's code may use what earlier stages provide, not the
+# reverse); `common` holds the leaves that several stages share.
+ALLOWED_STAGE_IMPORTS = {
+    "common": set(),
+    "launch": {"common"},
+    "nodes": {"common", "launch"},
+    "data": {"common"},
+    "train": {"common", "launch", "nodes", "data"},
+    "infer": {"common", "data", "train"},
+    "report": {"common", "infer"},
+    "plan": {"common", "launch", "nodes", "train", "report"},
+}
+
+
+def stage_of(module: str) -> str | None:
+    return module.split(".")[2] if module.count(".") >= 2 else None
+
+
+def wrong_way_imports(graph: dict[str, set[str]]) -> list[str]:
+    """'a imports b' for every import from one stage package to another that the table does not allow."""
+    return [f"{name} imports {dep}: stage {stage_of(name)} may import only "
+            f"{', '.join(sorted(ALLOWED_STAGE_IMPORTS.get(stage_of(name), ()))) or 'nothing'}"
+            for name, deps in sorted(graph.items()) for dep in sorted(deps)
+            if stage_of(dep) not in (stage_of(name), None)
+            and stage_of(dep) not in ALLOWED_STAGE_IMPORTS.get(stage_of(name), set())]
+
+
+def test_stages_import_down_the_table_only():
+    known = modules()
+    assert set(ALLOWED_STAGE_IMPORTS) == {stage_of(name) for name in known if stage_of(name)}
+    assert wrong_way_imports({name: imports(path, known) for name, path in known.items()}) == []
+
+
+def test_an_import_back_up_the_stages_is_caught():
+    graph = {"workflow.scripts.launch.hosts": {"workflow.scripts.nodes.reach", "workflow.scripts.common.views"}}
+    assert wrong_way_imports(graph) == ["workflow.scripts.launch.hosts imports workflow.scripts.nodes.reach: "
+                                        "stage launch may import only common"]
+
+
 def test_no_module_imports_another_stage_entry_point():
     known = modules()
     for name, path in known.items():
@@ -78,10 +118,10 @@ def test_no_module_imports_another_stage_entry_point():
 
 def test_every_stage_is_a_package_with_a_rule_file():
     packages = sorted(p.name for p in SCRIPTS.iterdir() if (p / "__init__.py").is_file())
-    assert packages == ["common", "data", "infer", "launch", "nodes", "report", "train"]
+    assert packages == ["common", "data", "infer", "launch", "nodes", "plan", "report", "train"]
     assert not list(SCRIPTS.glob("*.py")) or [p.name for p in SCRIPTS.glob("*.py")] == ["__init__.py"]
     rules = {p.stem for p in (REPO / "workflow" / "rules").glob("*.smk")}
-    assert {"data", "train", "infer", "nodes", "report"} <= rules
+    assert {"data", "train", "infer", "nodes", "report", "plan"} <= rules
 
 
 def test_rules_run_modules_that_exist():

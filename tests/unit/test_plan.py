@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from workflow.scripts.report import plan_tables
-from workflow.scripts.report.scaling_model import (MB, Levers, Network, Profile, allreduce_seconds, buckets,
+from workflow.scripts.plan import plan_tables
+from workflow.scripts.plan.scaling_model import (MB, Levers, Network, Profile, allreduce_seconds, buckets,
                                                    fit_network, predict)
 
 NET = Network.stated(10, 50)  # 1.25e9 bytes/s, 50 us
@@ -92,7 +92,7 @@ def test_model_buckets_match_real_ddp(tiny_model_dir):
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    from workflow.scripts.train import profile as measure
+    from workflow.scripts.plan import profile as measure
     from workflow.scripts.train.comm import CommTimer
 
     model = measure.build_model(str(tiny_model_dir), "mrpc")

@@ -10,7 +10,7 @@ from workflow.scripts.common.errors import UserError
 from workflow.scripts.common.hostfile import read_hostfile
 from workflow.scripts.common.views import distributed_of
 from workflow.scripts.launch import mpi
-from workflow.scripts.nodes.reach import reach_each
+from workflow.scripts.launch.reach import reach_each
 
 # Each node answers with its rank (the launcher's own rank variables).
 ANSWER = ("import json; from workflow.scripts.launch import ranks; "

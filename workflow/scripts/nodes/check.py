@@ -18,7 +18,7 @@ from workflow.scripts.common.errors import UserError
 from workflow.scripts.common.views import EnvironmentView
 from workflow.scripts.launch import command, mpi
 from workflow.scripts.nodes import describe
-from workflow.scripts.nodes.reach import reach_each
+from workflow.scripts.launch.reach import reach_each
 
 AGREE = {"python": "Python", "torch": "torch", "transformers": "transformers",
          "intel_extension_for_pytorch": "IPEX", "oneccl_bind_pt": "oneCCL bindings"}

@@ -14,7 +14,8 @@ import sys
 
 from workflow.scripts.common.errors import run_cli
 from workflow.scripts.launch import ranks
-from workflow.scripts.nodes import describe, lines
+from workflow.scripts.common import lines
+from workflow.scripts.nodes import describe
 
 
 

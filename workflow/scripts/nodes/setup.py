@@ -24,7 +24,7 @@ from workflow.scripts.launch import command, mpi
 from workflow.scripts.nodes import bootstrap
 from workflow.scripts.nodes.describe import REVISION_PATHS, ROOT, workflow_files
 from workflow.scripts.nodes.probe import route_source
-from workflow.scripts.nodes.reach import reach_each
+from workflow.scripts.launch.reach import reach_each
 
 # What set-up copies: the code that runs and what builds its environment.
 SETUP_PATHS = REVISION_PATHS + ("Makefile", "requirements.txt", "config.yaml", "mk", "envs", "profiles",

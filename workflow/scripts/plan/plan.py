@@ -3,7 +3,7 @@ measured (train/network.py) or stated network, the predicted throughput,
 speedup and efficiency on 1 to `max_nodes` nodes for each lever set, a
 recommendation for a target efficiency, a table and a chart.
 
-    python -m workflow.scripts.report.plan --profile profile.json [--config C] [--network network.json]
+    python -m workflow.scripts.plan.plan --profile profile.json [--config C] [--network network.json]
         [--bandwidth-gbit 10 25] [--latency-us 50] [--step-seconds S] [--target 0.9] [--out-dir DIR]
 
 C is the plan's configuration slice or an experiment file: its `plan`
@@ -19,10 +19,10 @@ from pathlib import Path
 from workflow.scripts.common import config as cfg
 from workflow.scripts.common.atomic import read_json, write_json
 from workflow.scripts.common.errors import run_cli
-from workflow.scripts.report import plan_tables
+from workflow.scripts.plan import plan_tables
 from workflow.scripts.report.charts import plot_plan
 from workflow.scripts.report.runs import published_figures
-from workflow.scripts.report.scaling_model import Network, Profile, fit_network
+from workflow.scripts.plan.scaling_model import Network, Profile, fit_network
 
 DEFAULTS = {"bandwidth_gbit": [10, 25], "latency_us": 50, "step_seconds": None, "max_nodes": 64,
             "target_efficiency": 0.9}

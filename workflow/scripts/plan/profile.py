@@ -2,7 +2,7 @@
 backward and update times of one rank, when each gradient is ready during
 backward and how many bytes it has, and what gradient compression costs.
 
-    python -m workflow.scripts.train.profile --config C [--environment E] --out profile.json [--steps 6]
+    python -m workflow.scripts.plan.profile --config C [--environment E] --out profile.json [--steps 6]
 
 C is the plan's configuration slice or an experiment file. The model is
 built from its configuration only (random weights: the time does not depend
@@ -31,7 +31,7 @@ from workflow.scripts.common.errors import UserError
 from workflow.scripts.common.modeling import autocast_for
 from workflow.scripts.common.views import PlanView
 from workflow.scripts.nodes import describe
-from workflow.scripts.train import compress_cost
+from workflow.scripts.plan import compress_cost
 
 
 def shapes() -> dict:

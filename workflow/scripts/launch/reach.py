@@ -14,7 +14,7 @@ import tempfile
 
 from workflow.scripts.common.views import distributed_of
 from workflow.scripts.launch import command
-from workflow.scripts.nodes import lines
+from workflow.scripts.common import lines
 
 TELLING = re.compile(r"ssh:|error|refused|denied|timed out|no route|not found|no module", re.I)
 

@@ -3,7 +3,7 @@ several sizes on the first 2, 3, ... ranks (one rank per node), and let
 rank 0 write every point. Started on every node by the launcher
 (train/network.py), like training.
 
-    python -m workflow.scripts.train.netprobe --out network.json --log-dir D [--sizes-mb 0.004 1 16] [--repeats 5]
+    python -m workflow.scripts.plan.netprobe --out network.json --log-dir D [--sizes-mb 0.004 1 16] [--repeats 5]
 
 Each point is the slowest rank's median time of `repeats` all-reduces of a
 float32 tensor of that size, after one unmeasured all-reduce.

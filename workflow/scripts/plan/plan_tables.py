@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import html
 
-from workflow.scripts.report.scaling_model import Levers, Network, Profile, efficiency
+from workflow.scripts.plan.scaling_model import Levers, Network, Profile, efficiency
 from workflow.scripts.report.tables import html_table
 
 # Simplest first: on a tie, the plan recommends the earlier set. Accumulation

@@ -2,7 +2,7 @@
 sees it: train/netprobe.py on one rank per node, started by the launcher
 that trains (same hosts, same MPI, same interface), bounded like training.
 
-    python -m workflow.scripts.train.network --config C --environment E --out network.json [--log-dir D]
+    python -m workflow.scripts.plan.network --config C --environment E --out network.json [--log-dir D]
 
 C and E are the train configuration and environment.json of the run with
 the most nodes. The plan (report/plan.py) fits bandwidth and latency to
@@ -34,7 +34,7 @@ def measure(config: dict, info: dict, out: Path, log_dir: Path, sizes_mb=None, r
     if config["distributed"]["nodes"] < 2:
         raise UserError("measuring the network needs a run on at least 2 nodes (distributed.nodes and a hostfile)")
     config, info = probe_launch(config, info)
-    program = [sys.executable, "-m", "workflow.scripts.train.netprobe", "--out", str(out), "--log-dir",
+    program = [sys.executable, "-m", "workflow.scripts.plan.netprobe", "--out", str(out), "--log-dir",
                str(log_dir), "--repeats", str(repeats),
                "--timeout-minutes", str(config["distributed"]["timeout_minutes"])]
     if sizes_mb:
