@@ -70,6 +70,12 @@ class TrainSettings(_View):
     learning_rate: float = 2.0e-5
     weight_decay: float = 0.0
     warmup_ratio: float = 0.0
+    max_grad_norm: float = 1.0
+    """Clip the gradients' total norm before each update (the Trainer's 1.0); 0 = off."""
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.999
+    adam_epsilon: float = 1.0e-8
+    lr_scheduler_type: str = "linear"
     max_seq_length: int = 128
     doc_stride: int = 128
     seed: int = 42

@@ -34,6 +34,8 @@ def train_step(t: TrainingState, micro_batches: list) -> torch.Tensor:
             loss = t.ddp_model(**batch).loss / len(micro_batches)
         t.comm.backward(loss)
         total += loss.detach().float()
+    if t.max_grad_norm > 0:  # after the last micro-batch's all-reduce: every rank clips the same mean gradient
+        torch.nn.utils.clip_grad_norm_(t.model.parameters(), t.max_grad_norm)
     t.optimizer.step()
     t.scheduler.step()
     t.optimizer.zero_grad(set_to_none=True)
