@@ -7,4 +7,4 @@
 .PHONY: docs
 
 docs: venv
-	$(BIN)/mkdocs build --strict -d site
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict -d site

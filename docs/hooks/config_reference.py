@@ -45,7 +45,7 @@ def object_sections(node, prefix):
     for name, sub in node.get("properties", {}).items():
         if "properties" in sub:
             path = f"{prefix}{name}"
-            yield f"`{path}`", f"{path}.", sub
+            yield f"`{path}` {{#{anchor(path)}}}", f"{path}.", sub
             yield from object_sections(sub, f"{path}.")
 
 
@@ -62,9 +62,14 @@ def render_section(title, prefix, node):
         if "description" not in sub:
             log.warning("config schema: %s has no description (workflow/schemas/config.schema.yaml)", path)
         key = f"`{path}`" + (" (required)" if name in required else "")
-        see = " See the section below." if "properties" in sub else ""
+        see = f" See [`{path}`](#{anchor(path)})." if "properties" in sub else ""
         lines.append(f"| {key} | {type_of(sub)} | {default_of(sub)} | {cell(sub.get('description', ''))}{see} |")
     return "\n".join(lines)
+
+
+def anchor(path):
+    """The id of a section's heading: config-distributed, config-data-generate."""
+    return "config-" + path.replace(".", "-").replace("_", "-")
 
 
 def type_of(sub):
