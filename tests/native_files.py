@@ -8,6 +8,8 @@ The label follows a cue word in the text, so a few steps can learn it.
 
 from __future__ import annotations
 
+import csv
+import json
 import random
 from pathlib import Path
 
@@ -62,6 +64,8 @@ def _write_tsv(path: Path, header, rows) -> str:
 def write_native(task: str, out: Path, n_train: int = 48, n_dev: int = 16, seed: int = 0) -> dict:
     """Write `task`'s files into `out`; returns the config's `data` section."""
     out.mkdir(parents=True, exist_ok=True)
+    if task in ("classification", "multi_label", "regression"):
+        return write_own(task, out, n_train, n_dev, seed)
     if task in ("squad", "squad_v2"):
         train, dev = demo.write_squad_demo(out, n_train=n_train, n_dev=n_dev, seed=seed,
                                            version_2=task == "squad_v2")
@@ -75,3 +79,44 @@ def write_native(task: str, out: Path, n_train: int = 48, n_dev: int = 16, seed:
     else:
         data["validation"] = _write_tsv(out / "dev.tsv", header, _rows(task, n_dev, rng))
     return data
+
+
+# Own data: a 3-class csv with labels 1-3 (a header), a multi-label jsonl
+# (label lists) and a regression tsv without a header (columns by position).
+CUES = ("good", "fine", "bad")
+
+
+def _own_rows(n: int, rng: random.Random) -> list[tuple[str, str, int]]:
+    rows = []
+    for i in range(n):
+        words = rng.sample(WORDS, 4)
+        label = i % 3
+        rows.append((f"The {words[0]} and the {words[1]} are {CUES[label]}",
+                     f"A {words[2]} near the {words[3]} seems {CUES[label]}", label))
+    return rows
+
+
+def write_own(task: str, out: Path, n_train: int = 48, n_dev: int = 16, seed: int = 0) -> dict:
+    """Own-data files for task classification, multi_label or regression; the config's data section."""
+    rng = random.Random(f"{task}-{seed}")
+    files = {}
+    for split, n in (("train", n_train), ("validation", n_dev)):
+        rows = _own_rows(n, rng)
+        if task == "classification":
+            path = out / f"{split}.csv"
+            with open(path, "w", newline="") as f:
+                rows = [(i, a, y + 1) for i, (a, _, y) in enumerate(rows)]
+                csv.writer(f).writerows([("id", "review", "stars"), *rows])
+        elif task == "multi_label":
+            path = out / f"{split}.jsonl"
+            path.write_text("".join(json.dumps({"text": f"{a}{' twice' * (i % 2)}",
+                                                "tags": [CUES[y]] + ["twice"] * (i % 2)}) + "\n"
+                                    for i, (a, _, y) in enumerate(rows)))
+        else:
+            path = out / f"{split}.tsv"
+            path.write_text("".join(f"{a}\t{b}\t{2.5 * y:.2f}\n" for a, b, y in rows))
+        files[split] = str(path)
+    columns = {"classification": {"format": "csv", "text_columns": ["review"], "label_column": "stars"},
+               "multi_label": {"format": "jsonl", "text_columns": ["text"], "label_column": "tags"},
+               "regression": {"format": "tsv", "header": False, "text_columns": [0, 1], "label_column": 2}}
+    return {**columns[task], **files}

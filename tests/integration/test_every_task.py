@@ -37,6 +37,9 @@ METRIC_KEYS = {
     "wnli": {"accuracy"},
     "squad": {"exact_match", "f1"},
     "squad_v2": {"exact_match", "f1", "HasAns_exact", "HasAns_f1", "NoAns_exact", "NoAns_f1"},
+    "classification": {"accuracy", "f1_macro"},
+    "multi_label": {"f1_micro", "f1_macro", "subset_accuracy"},
+    "regression": {"pearson", "spearmanr", "mse"},
 }
 
 
@@ -79,13 +82,16 @@ def test_task_end_to_end(task, tmp_path, tiny_model_dir, monkeypatch):
 
     data.main(["--config", conf, "--out", str(tmp_path / "raw")])
     raw = datasets.load_from_disk(str(tmp_path / "raw"))
+    meta = tasks.for_data(task, raw["train"].features)  # own data: the labels found in the training file
     assert list(raw) == ["train", *meta.validation_splits]
     assert raw["train"].num_rows == N_TRAIN or meta.is_qa
     if not meta.is_qa:
         assert all(raw[s].num_rows == N_DEV for s in meta.validation_splits)
-        label = raw["train"].features["label"]
+        label = getattr(raw["train"].features["label"], "feature", raw["train"].features["label"])
         assert (label.dtype == "float32") if meta.is_regression else (label.names == list(meta.label_names))
-        assert len(set(raw["train"]["label"])) == (2 if meta.is_regression else meta.num_labels)
+        labels = [tuple(y) if meta.multi_label else y for y in raw["train"]["label"]]
+        distinct = (3 if meta.own else 2) if meta.is_regression else 6 if meta.multi_label else meta.num_labels
+        assert len(set(labels)) == distinct
 
     tokenize_data.main(["--config", conf, "--data", str(tmp_path / "raw"), "--out", str(tmp_path / "tok")])
     train.main(["--config", conf, "--environment", info, "--data", str(tmp_path / "tok"),
@@ -109,12 +115,12 @@ def test_task_end_to_end(task, tmp_path, tiny_model_dir, monkeypatch):
         assert all(isinstance(text, str) for text in predictions.values())
         assert all(0.0 <= result[k] <= 100.0 for k in METRIC_KEYS[task])
     elif meta.is_regression or task == "cola":
-        assert all(-1.0 <= result[k] <= 1.0 for k in METRIC_KEYS[task])
+        assert all(-1.0 <= result[k] <= 1.0 for k in METRIC_KEYS[task] - {"mse"})
     else:
         assert all(0.0 <= result[k] <= 1.0 for k in METRIC_KEYS[task])
 
 
-@pytest.mark.parametrize("task", ["mnli", "squad_v2"])
+@pytest.mark.parametrize("task", ["mnli", "squad_v2", "multi_label", "regression"])
 def test_task_through_the_workflow_on_two_ranks(task, tmp_path, tiny_model_dir):
     configfile = write_config(tmp_path / f"{task}.yaml",
                               experiment(task, tiny_model_dir, write_native(task, tmp_path / "files", 64, N_DEV), 2))

@@ -10,7 +10,7 @@ GLUE = ("cola", "sst2", "mrpc", "qqp", "stsb", "mnli", "qnli", "rte", "wnli")
 
 
 def test_exactly_the_supported_tasks():
-    assert list(tasks.TASKS) == [*GLUE, "squad", "squad_v2"]
+    assert list(tasks.TASKS) == [*GLUE, "squad", "squad_v2", "classification", "multi_label", "regression"]
 
 
 @pytest.mark.parametrize("name, columns, labels, metrics", [
@@ -42,9 +42,9 @@ def test_glue_rows_match_the_hub(name, columns, labels, metrics):
     assert task.num_labels == (len(labels) or 1)
 
 
-def test_stsb_is_the_only_regression():
-    assert [t.name for t in tasks.TASKS.values() if t.is_regression] == [
-        "stsb"]
+def test_stsb_and_own_regression_are_the_regressions():
+    assert [t.name for t in tasks.TASKS.values() if t.is_regression] == ["stsb", "regression"]
+
 
 
 def test_mnli_has_two_validation_splits():

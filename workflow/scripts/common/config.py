@@ -101,10 +101,26 @@ def _check_consistency(config: dict) -> None:
             "config error: task mnli needs data.validation_mismatched "
             "(the dev_mismatched file) besides data.validation"
         )
+    _check_own_data(config)
     fits = formats_for(get_task(config["task"]))
     if data and data["format"] not in fits:
         want = ", ".join(fits[:-1]) + " or " + fits[-1] if len(fits) > 1 else fits[0]
         raise ConfigError(f"config error: data.format {data['format']} does not fit task {config['task']}; use {want}")
+
+
+def _check_own_data(config: dict) -> None:
+    """Own-data tasks need files and their text columns; GLUE and SQuAD have their own columns."""
+    data, task = config.get("data"), get_task(config["task"])
+    if task.own and not (data and data.get("text_columns")):
+        raise ConfigError(f"config error: task {task.name} reads your own files: set data.format, data.train, "
+                          "data.validation and data.text_columns (and data.label_column)")
+    if not task.own and data and data.get("text_columns"):
+        raise ConfigError(f"config error: data.text_columns is for own data (task classification, multi_label, "
+                          f"regression); {task.name} has its own columns")
+    if task.own and not data.get("header", True) and not all(
+            isinstance(c, int) for c in [*data["text_columns"], data.get("label_column", "label")]):
+        raise ConfigError("config error: with data.header: false, data.text_columns and data.label_column "
+                          "are 0-based column positions (numbers)")
 
 
 def data_files(config: dict) -> dict[str, str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import inspect
 from pathlib import Path
 
 import torch
@@ -55,12 +56,19 @@ def load_model(model: str, task: tasks.Task, trust_remote_code: bool = False, to
             model, num_labels=1, problem_type="regression", **common)
     else:
         labels = list(task.label_names)
+        problem = "multi_label_classification" if task.multi_label else "single_label_classification"
         loaded = AutoModelForSequenceClassification.from_pretrained(
-            model, num_labels=len(labels), id2label=dict(enumerate(labels)),
+            model, num_labels=len(labels), id2label=dict(enumerate(labels)), problem_type=problem,
             label2id={name: i for i, name in enumerate(labels)}, **common)
     if tokenizer is not None:
         check_tokenizer_fits(loaded, tokenizer, model)
     return loaded
+
+
+def accepted_columns(model, columns) -> list[str]:
+    """The columns the model's forward takes (DistilBERT has no token_type_ids)."""
+    accepted = set(inspect.signature(model.forward).parameters)
+    return [c for c in columns if c in accepted]
 
 
 def autocast_for(precision: str):

@@ -8,7 +8,7 @@ means adding one row here (as in transformers' run_glue_no_trainer.py).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 GLUE_HUB_PATH = "nyu-mll/glue"
 
@@ -57,11 +57,18 @@ class Task:
     """Extractive question answering (SQuAD) rather than classification."""
     glue_tsv: GlueTsvLayout | None = None
     """Layout in the original GLUE archive; None for non-GLUE tasks."""
+    own: bool = False
+    """A user's own data (classification, multi_label, regression): columns
+    and labels come from the configuration and the training file."""
+    multi_label: bool = False
+    """Each example has any number of the labels (sigmoid outputs)."""
+    chosen_metric: str | None = None
+    """evaluation.metric: the one metric the report leads with and the deploy gate checks."""
 
     @property
     def is_regression(self) -> bool:
-        """True for tasks with one continuous label (stsb)."""
-        return self.num_labels == 1
+        """True for tasks with one continuous label (stsb, regression)."""
+        return self.num_labels == 1 and not self.is_qa and not self.label_names
 
     @property
     def main_metric(self) -> str:
@@ -74,6 +81,15 @@ def _glue(name, text_columns, label_names, metrics, layout, **kwargs) -> Task:
     num_labels = len(label_names) or 1  # no names means regression
     return Task(name, GLUE_HUB_PATH, name, text_columns, num_labels,
                 label_names, metrics, glue_tsv=layout, **kwargs)
+
+
+# Own data: the text columns are renamed to these on loading (one or two).
+OWN_TEXT_COLUMNS = ("text", "text_pair")
+
+
+def _own(name: str, metrics: tuple[str, ...], num_labels: int = 0, multi_label: bool = False) -> Task:
+    """An own-data row; its labels are filled in by with_labels."""
+    return Task(name, None, None, OWN_TEXT_COLUMNS, num_labels, (), metrics, own=True, multi_label=multi_label)
 
 
 def _squad(name: str, hub_path: str) -> Task:
@@ -122,18 +138,59 @@ TASKS: dict[str, Task] = {t.name: t for t in (
           ("accuracy",), _layout("label", *_PAIR)),
     _squad("squad", "rajpurkar/squad"),
     _squad("squad_v2", "rajpurkar/squad_v2"),
+    _own("classification", ("accuracy", "f1_macro")),
+    _own("multi_label", ("f1_micro", "f1_macro", "subset_accuracy"), multi_label=True),
+    _own("regression", ("pearson", "spearmanr", "mse"), num_labels=1),
 )}
+
+
+def with_labels(task: Task, label_names, main_metric: str | None = None) -> Task:
+    """An own-data task with its labels (found in the training file or
+    given); two classes add the binary f1. `main_metric` (evaluation.metric)
+    goes first, where reports and the deploy gate look."""
+    metrics = task.metrics
+    if task.own and not task.is_regression:
+        names = tuple(str(n) for n in label_names)
+        binary = ("f1",) if len(names) == 2 and not task.multi_label else ()
+        task = replace(task, label_names=names, num_labels=len(names))
+        metrics = (*task.metrics, *binary)
+    if main_metric:
+        if main_metric not in metrics:
+            raise ValueError(f"evaluation.metric {main_metric!r} is not a metric of task {task.name}: "
+                             f"use one of {', '.join(metrics)}")
+        metrics = (main_metric, *(m for m in metrics if m != main_metric))
+    return replace(task, metrics=metrics, chosen_metric=main_metric)
+
+
+def labels_in(features) -> tuple[str, ...]:
+    """Class names of a dataset's label column (ClassLabel, or a list of them)."""
+    for column in ("labels", "label"):
+        feature = features.get(column) if features is not None else None
+        feature = getattr(feature, "feature", feature)  # List(ClassLabel) for multi-label
+        if hasattr(feature, "names"):
+            return tuple(feature.names)
+    return ()
+
+
+def for_data(name: str, features=None, main_metric: str | None = None) -> Task:
+    """The task as a stage sees it: own tasks take their labels from the
+    data's features; every task takes evaluation.metric."""
+    task = get_task(name)
+    return with_labels(task, labels_in(features), main_metric) if task.own or main_metric else task
 
 
 def formats_for(task: Task, qa_columns: bool = False) -> tuple[str, ...]:
     """Local data formats (config ``data.format``) that fit ``task``, its own
     archive format first; the config check and load_local both ask here.
 
-    GLUE: glue_tsv, csv, jsonl, parquet. SQuAD: squad_json only, as the
+    GLUE: glue_tsv, csv, jsonl, parquet. Own data: csv, tsv, jsonl,
+    parquet. SQuAD: squad_json only, as the
     config takes it; with ``qa_columns`` also csv, jsonl and parquet, which
     load_local reads too.
     """
     columns = ("csv", "jsonl", "parquet")
+    if task.own:
+        return ("csv", "tsv", "jsonl", "parquet")
     if task.is_qa:
         return ("squad_json", *columns) if qa_columns else ("squad_json",)
     return ("glue_tsv", *columns) if task.glue_tsv else columns

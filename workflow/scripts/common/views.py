@@ -59,6 +59,11 @@ class DataFiles(_View):
     train: str
     validation: str
     validation_mismatched: str | None = None
+    text_columns: list | None = None
+    """Own data: one or two text columns, names or 0-based positions."""
+    label_column: str | int = "label"
+    header: bool = True
+    label_names: list | None = None
 
 
 @dataclass(frozen=True)
@@ -89,6 +94,8 @@ class TrainSettings(_View):
 
 @dataclass(frozen=True)
 class EvaluationSettings(_View):
+    metric: str | None = None
+    """The main metric (reports, the deploy gate); None = the task's first."""
     batch_size: int = 64
     n_best_size: int = 20
     max_answer_length: int = 30

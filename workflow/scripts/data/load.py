@@ -21,7 +21,7 @@ def load(config: DataView | dict):
     if config.data:
         keys = ("train", "validation", "validation_mismatched")
         files = {k: getattr(config.data, k) for k in keys if getattr(config.data, k)}
-        return load_local(task, files, config.data.format)
+        return load_local(task, files, config.data.format, config.data)
     return load_hub(task)
 
 

@@ -19,7 +19,8 @@ import os
 
 import datasets
 
-from workflow.scripts.common.tasks import Task, formats_for
+from workflow.scripts.common.tasks import Task, formats_for, with_labels
+from workflow.scripts.data import own
 from workflow.scripts.data.errors import (DataError, DataFormatError, HubUnavailableError,
                                           MissingDataFileError)
 from workflow.scripts.data.readers import FORMATS, SQUAD_COLUMNS, read_columns
@@ -36,7 +37,7 @@ _MISFIT = {
 
 # ---------------------------------------------------------------- public API
 
-def load_local(task: Task, files: dict[str, str], fmt: str
+def load_local(task: Task, files: dict[str, str], fmt: str, own_data=None
                ) -> datasets.DatasetDict:
     """Read the local ``files`` ({split: path}) of ``task`` in format ``fmt``.
 
@@ -51,11 +52,27 @@ def load_local(task: Task, files: dict[str, str], fmt: str
             f"unknown data format {fmt!r}: use one of {', '.join(FORMATS)}")
     if fmt not in formats_for(task, qa_columns=True):
         raise DataFormatError(_MISFIT[fmt].format(task=task.name))
+    if task.own:
+        return load_own(task, _split_paths(task, files), fmt, own_data)
     splits = {}
     for split, path in _split_paths(task, files).items():
         columns = read_columns(task, path, fmt)
         splits[split] = datasets.Dataset.from_dict(columns, features(task))
     return datasets.DatasetDict(splits)
+
+
+def load_own(task: Task, paths: dict[str, str], fmt: str, data) -> datasets.DatasetDict:
+    """Own data: the configured columns, labels found in the training file
+    (or data.label_names) and kept as the label feature's names."""
+    columns = {split: own.columns(task, path, fmt, data) for split, path in paths.items()}
+    names = tuple(map(str, data.label_names or ())) or own.found_labels(columns["train"]["label"])
+    task = with_labels(task, names)
+    first = 2 if data.header and fmt in ("csv", "tsv") else 1
+    for split, path in paths.items():
+        columns[split]["label"] = own.to_ids(task, columns[split]["label"], names, path, first,
+                                             data.label_column)
+    schema = features(task, len(data.text_columns))
+    return datasets.DatasetDict({split: datasets.Dataset.from_dict(c, schema) for split, c in columns.items()})
 
 
 def load_hub(task: Task) -> datasets.DatasetDict:
@@ -75,8 +92,9 @@ def load_hub(task: Task) -> datasets.DatasetDict:
         for split in ("train", *task.validation_splits) if split in raw})
 
 
-def features(task: Task) -> datasets.Features:
-    """The HF schema of one split of ``task``."""
+def features(task: Task, text_columns: int | None = None) -> datasets.Features:
+    """The HF schema of one split of ``task`` (own data: its first
+    ``text_columns`` text columns)."""
     string = datasets.Value("string")
     if task.is_qa:
         answers = {"text": datasets.List(string),
@@ -85,8 +103,10 @@ def features(task: Task) -> datasets.Features:
                                   "answers": answers})
     label = (datasets.Value("float32") if task.is_regression
              else datasets.ClassLabel(names=list(task.label_names)))
-    return datasets.Features({**{c: string for c in task.text_columns},
-                              "label": label})
+    if task.multi_label:
+        label = datasets.List(label)
+    texts = task.text_columns[:text_columns] if text_columns else task.text_columns
+    return datasets.Features({**{c: string for c in texts}, "label": label})
 
 
 # ------------------------------------------------------------------ splits

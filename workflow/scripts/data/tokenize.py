@@ -17,7 +17,7 @@ datasets.disable_progress_bars()
 def encode_pairs(task: tasks.Task, tokenizer, max_length: int):
     """Batched map function for classification and regression tasks."""
     def encode(batch):
-        texts = [batch[column] for column in task.text_columns]
+        texts = [batch[column] for column in task.text_columns if column in batch]
         encoded = tokenizer(*texts, truncation=True, max_length=max_length)
         encoded["labels"] = batch["label"]
         return encoded
@@ -35,13 +35,16 @@ def tokenize_split(task, tokenizer, split_name: str, split, train: TrainSettings
     else:
         encode = lambda b: qa_features.prepare_eval_features(  # noqa: E731
             b, tokenizer, train.max_seq_length, train.doc_stride)
-    return split.map(encode, batched=True, remove_columns=split.column_names, desc=f"tokenize {split_name}")
+    tokenized = split.map(encode, batched=True, remove_columns=split.column_names, desc=f"tokenize {split_name}")
+    if "label" in split.features:  # the label names travel with the data (own tasks read them there)
+        tokenized = tokenized.cast_column("labels", split.features["label"])
+    return tokenized
 
 
 def tokenize(config: TokenizeView | dict, raw: datasets.DatasetDict) -> datasets.DatasetDict:
     """Every split of the data step's output, with the run's tokenizer."""
     config = TokenizeView.pick(config)
-    task = tasks.get_task(config.task)
+    task = tasks.for_data(config.task, next(iter(raw.values())).features)
     tokenizer = load_tokenizer(config.model, config.trust_remote_code)
     return datasets.DatasetDict({
         name: tokenize_split(task, tokenizer, name, split, config.train) for name, split in raw.items()

@@ -28,7 +28,7 @@ META_FILE = "convert.json"
 
 def convert(model_dir, tokenized_dir, out_dir, task_name: str) -> dict:
     """Convert, save into `out_dir` atomically; return the metadata."""
-    task = tasks.get_task(task_name)
+    task = tasks.for_data(task_name)  # the model folder holds its own labels
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = load_for_eval(str(model_dir), task)
     train = datasets.load_from_disk(str(tokenized_dir))["train"]

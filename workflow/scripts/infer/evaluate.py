@@ -23,12 +23,12 @@ def evaluate(config: EvaluateView | dict, model_dir: str, tokenized_dir: str, ra
              ipex: bool = False):
     """Metrics of every validation split, samples per second overall and batch-1 latency."""
     config = EvaluateView.pick(config)
-    task = tasks.get_task(config.task)
+    tokenized = datasets.load_from_disk(tokenized_dir)
+    task = tasks.for_data(config.task, next(iter(tokenized.values())).features, config.evaluation.metric)
     cpu = hardware.cpu_summary()
     torch.set_num_threads(hardware.usable_cores(cpu))
     pad_id = AutoTokenizer.from_pretrained(model_dir).pad_token_id
     model, autocast = load_eager(model_dir, task, precision, ipex)
-    tokenized = datasets.load_from_disk(tokenized_dir)
     result, samples, seconds, predictions = score(task, model, tokenized, raw_dir, config.evaluation,
                                                   pad_id, autocast)
     result["samples"] = samples

@@ -11,13 +11,19 @@ def _scale(task: tasks.Task) -> float:
     return 1.0 if task.is_qa else 100.0
 
 
+LOWER_IS_BETTER = {"mse"}
+
+
 def accuracy_drops(task: tasks.Task, fp32: dict, int8: dict) -> dict[str, float]:
-    """Points (percentage points) int8 is behind fp32, per task metric."""
+    """Points (percentage points) int8 is behind fp32, per task metric (only
+    evaluation.metric when it is set); for mse, how much higher it is."""
     scale = _scale(task)
+    gated = (task.chosen_metric,) if task.chosen_metric else task.metrics
     drops = {}
     for name, value in fp32.items():
-        if name.removesuffix("_mm") in task.metrics and name in int8:
-            drops[name] = (value - int8[name]) * scale
+        if name.removesuffix("_mm") in gated and name in int8:
+            sign = -1 if name.removesuffix("_mm") in LOWER_IS_BETTER else 1
+            drops[name] = sign * (value - int8[name]) * scale
     return drops
 
 

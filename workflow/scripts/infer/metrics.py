@@ -25,14 +25,16 @@ class MetricsError(ValueError):
 
 # -------------------------------------------------------------------- GLUE
 
-def glue_metrics(task_name: str, predictions, references) -> dict[str, float]:
-    """The task's metrics (tasks.Task.metrics) for class ids, or for floats
-    on stsb. mnli gives accuracy: score matched and mismatched separately."""
-    task = get_task(task_name)
+def glue_metrics(task, predictions, references) -> dict[str, float]:
+    """The task's metrics (tasks.Task.metrics) for class ids, floats
+    (regression) or multi-hot rows (multi-label). mnli gives accuracy:
+    score matched and mismatched separately. `task`: a Task or its name."""
+    task = get_task(task) if isinstance(task, str) else task
+    task_name = task.name
     if task.is_qa:
         raise MetricsError(f"{task_name} is a QA task: use squad_metrics")
     preds, refs = np.asarray(predictions), np.asarray(references)
-    if preds.shape != refs.shape or preds.ndim != 1 or preds.size == 0:
+    if preds.shape != refs.shape or preds.ndim != (2 if task.multi_label else 1) or preds.size == 0:
         raise MetricsError(
             f"{task_name}: {preds.shape} predictions vs {refs.shape}"
             " references: pass two equally long, non-empty 1-D sequences")
@@ -47,6 +49,10 @@ _GLUE_METRICS = {
     "matthews_correlation": lambda p, r: matthews_corrcoef(r, p),
     "pearson": lambda p, r: pearsonr(p, r)[0],
     "spearmanr": lambda p, r: spearmanr(p, r)[0],
+    "mse": lambda p, r: ((p - r) ** 2).mean(),
+    "f1_macro": lambda p, r: f1_score(r, p, average="macro", zero_division=0),
+    "f1_micro": lambda p, r: f1_score(r, p, average="micro", zero_division=0),
+    "subset_accuracy": lambda p, r: (p == r).all(axis=1).mean(),  # every label of a row right
 }
 
 

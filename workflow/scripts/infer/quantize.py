@@ -117,7 +117,7 @@ def quantize(model_dir, tokenized_dir, out_dir, task_name: str, calibration_samp
     """Quantize, save into `out_dir` atomically, reload, verify; return the metadata."""
     if stack not in STACKS:
         raise UserError(f"quantization.stack: {stack!r} is not one of {', '.join(STACKS)}")
-    task = tasks.get_task(task_name)
+    task = tasks.for_data(task_name)  # the model folder holds its own labels
     threads = threads or hardware.usable_cores(hardware.cpu_summary())
     torch.set_num_threads(threads)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)

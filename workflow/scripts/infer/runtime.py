@@ -23,7 +23,7 @@ from workflow.scripts.common.modeling import autocast_for
 from workflow.scripts.common.views import EvaluationSettings
 from workflow.scripts.infer import metrics, qa
 from workflow.scripts.infer.stacks import load_quantized
-from workflow.scripts.train.batching import PAD_KEYS, pad_collate
+from workflow.scripts.train.batching import PAD_KEYS, multi_hot, pad_collate
 
 datasets.disable_progress_bars()
 transformers.utils.logging.disable_progress_bar()
@@ -105,8 +105,12 @@ def latency_ms(model, split, pad_id: int, autocast, rows: int = LATENCY_ROWS) ->
 def _classification(task, model, split, batch_size, pad_id, autocast, suffix):
     logits, seconds = forward_all(model, split, batch_size, pad_id, autocast)
     logits = np.stack(logits)
-    predictions = logits[:, 0] if task.is_regression else logits.argmax(-1)
-    result = metrics.glue_metrics(task.name, predictions, np.array(split["labels"]))
+    references = split["labels"]
+    if task.multi_label:  # a label is predicted where its logit is above 0 (sigmoid above 0.5)
+        predictions, references = (logits > 0).astype(int), multi_hot(references, task.num_labels).int().numpy()
+    else:
+        predictions = logits[:, 0] if task.is_regression else logits.argmax(-1)
+    result = metrics.glue_metrics(task, predictions, np.array(references))
     return {f"{k}{suffix}": v for k, v in result.items()}, len(split), seconds
 
 

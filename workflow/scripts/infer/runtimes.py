@@ -159,11 +159,12 @@ def _expectation(decision: dict, recommended: bool) -> str:
 
 def evaluate_runtimes(args, config: RuntimesView, decisions) -> dict:
     """Everything eval_runtimes.json holds."""
-    task, settings, gates = tasks.get_task(config.task), config.evaluation, config.quantization
+    settings, gates = config.evaluation, config.quantization
     cpu = hardware.cpu_summary()
     torch.set_num_threads(hardware.usable_cores(cpu))
     pad_id = AutoTokenizer.from_pretrained(args.model).pad_token_id
     tokenized = datasets.load_from_disk(args.data)
+    task = tasks.for_data(config.task, next(iter(tokenized.values())).features, settings.metric)
     buckets = bucket_lengths(longest_row(tokenized, task))
     models, variants = load_models(args, task, decisions, pad_id, buckets)
     entries = score_openvino(models, variants, task, tokenized, args.raw, settings, pad_id, Path(args.out))

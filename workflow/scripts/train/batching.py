@@ -90,8 +90,9 @@ def updates(micro_batches, accumulation: int):
             group = []
 
 
-def pad_collate(pad_token_id: int):
-    """Collate dict rows into tensors, padding token fields to the batch max."""
+def pad_collate(pad_token_id: int, num_labels: int | None = None):
+    """Collate dict rows into tensors, padding token fields to the batch max;
+    multi-label rows (lists of label ids) become multi-hot float rows."""
     def collate(rows: list[dict]) -> dict:
         longest = max(len(r["input_ids"]) for r in rows)
         batch = {}
@@ -102,7 +103,16 @@ def pad_collate(pad_token_id: int):
                 for i, row in enumerate(rows):
                     out[i, : len(row[key])] = row[key]
                 batch[key] = torch.from_numpy(out)
+            elif key == "labels" and num_labels and isinstance(rows[0][key], list):
+                batch[key] = multi_hot([r[key] for r in rows], num_labels)
             else:
                 batch[key] = torch.tensor([r[key] for r in rows])
         return batch
     return collate
+
+
+def multi_hot(label_ids: list[list[int]], num_labels: int) -> torch.Tensor:
+    out = torch.zeros(len(label_ids), num_labels)
+    for i, ids in enumerate(label_ids):
+        out[i, ids] = 1.0
+    return out

@@ -16,7 +16,7 @@ from transformers import get_scheduler
 from workflow.scripts.common import intel, tasks
 from workflow.scripts.common.decisions import RunDecisions
 from workflow.scripts.common.errors import UserError
-from workflow.scripts.common.modeling import autocast_for, load_model, load_tokenizer
+from workflow.scripts.common.modeling import accepted_columns, autocast_for, load_model, load_tokenizer
 from workflow.scripts.common.views import TrainSettings, TrainView
 from workflow.scripts.launch.ranks import DistEnv
 from workflow.scripts.train.batching import DistributedLengthGroupedSampler, pad_collate
@@ -83,7 +83,8 @@ def accumulation_for(train: TrainSettings, planned_world: int, world: int) -> in
     return global_batch // (train.batch_size * world)
 
 
-def make_loader(split, train: TrainSettings, env: DistEnv, pad_id: int, planned_world: int):
+def make_loader(split, train: TrainSettings, env: DistEnv, pad_id: int, planned_world: int,
+                multi_label_width: int | None = None):
     lengths = [len(ids) for ids in split["input_ids"]]
     if not lengths:
         raise UserError("the training split is empty; check data.train")
@@ -94,7 +95,7 @@ def make_loader(split, train: TrainSettings, env: DistEnv, pad_id: int, planned_
     # from torch's global RNG that draw would shift the dropout masks of a
     # run resumed mid-epoch against an uninterrupted one.
     loader = torch.utils.data.DataLoader(
-        split.with_format(None), batch_sampler=sampler, collate_fn=pad_collate(pad_id),
+        split.with_format(None), batch_sampler=sampler, collate_fn=pad_collate(pad_id, multi_label_width),
         generator=torch.Generator().manual_seed(train.seed))
     return loader, sampler
 
@@ -140,14 +141,16 @@ def total_steps(train: TrainSettings, steps_per_epoch: int) -> int:
 
 
 def build(cfg: TrainView, decisions: RunDecisions, data_dir: str, env: DistEnv, log) -> tuple[TrainingState, object]:
-    task = tasks.get_task(cfg.task)
+    split = datasets.load_from_disk(data_dir)["train"]
+    task = tasks.for_data(cfg.task, split.features)
     train_cfg = cfg.train
     torch.manual_seed(train_cfg.seed)  # identical init; DDP broadcasts rank 0's anyway
     tokenizer = load_tokenizer(cfg.model, cfg.trust_remote_code)
     model = load_model(cfg.model, task, cfg.trust_remote_code, tokenizer)
     torch.manual_seed(train_cfg.seed + env.rank)  # different dropout per rank
-    split = datasets.load_from_disk(data_dir)["train"]
-    loader, sampler = make_loader(split, train_cfg, env, tokenizer.pad_token_id, decisions.world_size)
+    split = split.select_columns(accepted_columns(model, split.column_names))
+    loader, sampler = make_loader(split, train_cfg, env, tokenizer.pad_token_id, decisions.world_size,
+                                  task.num_labels if task.multi_label else None)
     steps = total_steps(train_cfg, len(sampler))
     optimizer, scheduler = make_optimizer(model, train_cfg, steps, decisions)
     if decisions.ipex:
