@@ -35,7 +35,9 @@ def test_section_fields_and_defaults_are_the_schemas(section):
     assert set(declared) == keys
     for name, spec in properties.items():
         if "default" in spec and name in declared:
-            assert default_of(declared[name]) == spec["default"], f"{section}.{name}"
+            default = default_of(declared[name])
+            default = default.as_dict() if dataclasses.is_dataclass(default) else default
+            assert default == spec["default"], f"{section}.{name}"
 
 
 @pytest.mark.parametrize("experiment", EXPERIMENTS, ids=lambda p: p.stem)

@@ -25,6 +25,8 @@ class RunDecisions:
     """Intel Extension for PyTorch optimizes the model."""
     gloo_ifname: str | None = None
     """The interface that reaches the first node on every node (several nodes)."""
+    speed: dict | None = None
+    """Levers of the training step (train/speed.py): dropout, attention."""
     backend_reason: str = "?"
     precision_reason: str = "?"
     ipex_reason: str = "?"

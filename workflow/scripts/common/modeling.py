@@ -45,10 +45,14 @@ def check_tokenizer_fits(model, tokenizer, name: str) -> None:
                         f"only {vocab}: tokenizer and model do not match")
 
 
-def load_model(model: str, task: tasks.Task, trust_remote_code: bool = False, tokenizer=None):
-    """A pretrained model with the task's head (new heads start random)."""
+def load_model(model: str, task: tasks.Task, trust_remote_code: bool = False, tokenizer=None,
+               attention: str | None = None):
+    """A pretrained model with the task's head (new heads start random);
+    `attention`: its attn_implementation (train.speed.attention)."""
     check_weights(model)
     common = {"trust_remote_code": trust_remote_code, "use_safetensors": Path(model).is_dir() or None}
+    if attention:
+        common["attn_implementation"] = attention
     if task.is_qa:
         loaded = AutoModelForQuestionAnswering.from_pretrained(model, **common)
     elif task.is_regression:

@@ -27,7 +27,7 @@ def stage_config(stage: str, config: dict) -> dict:
         "plan": lambda: {**model, **{k: config.get(k) for k in ("experiment", "published", "sweep", "plan")},
                          "train": config["train"], "distributed": config["distributed"]},
         "environment": lambda: {"distributed": config["distributed"],
-                                "train": pick(config["train"], "precision", "ipex")},
+                                "train": pick(config["train"], "precision", "ipex", "speed")},
         "train": lambda: {**model, "train": config["train"], "distributed": config["distributed"]},
         "evaluate": lambda: {"task": config["task"], "evaluation": config["evaluation"]},
         "convert": lambda: {"task": config["task"]},

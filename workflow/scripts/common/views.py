@@ -67,6 +67,12 @@ class DataFiles(_View):
 
 
 @dataclass(frozen=True)
+class SpeedSettings(_View):
+    dropout: str = "auto"
+    attention: str = "auto"
+
+
+@dataclass(frozen=True)
 class TrainSettings(_View):
     epochs: float = 3
     batch_size: int = 32
@@ -81,6 +87,7 @@ class TrainSettings(_View):
     adam_beta2: float = 0.999
     adam_epsilon: float = 1.0e-8
     lr_scheduler_type: str = "linear"
+    speed: SpeedSettings = field(default_factory=lambda: SpeedSettings())
     max_seq_length: int = 128
     doc_stride: int = 128
     seed: int = 42

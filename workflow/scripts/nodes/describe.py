@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from workflow.scripts.common import hardware, intel, oneccl
+from workflow.scripts.common import levers as speed_levers
 from workflow.scripts.common.errors import UserError
 from workflow.scripts.common.versions import installed
 from workflow.scripts.common.views import distributed_of, train_of
@@ -135,6 +136,7 @@ def describe(config, launcher: bool = True) -> dict:
         "precision_reason": precision_why,
         "ipex": ipex,
         "ipex_reason": ipex_why,
+        **speed_levers.choose(train.speed.dropout, train.speed.attention),
         "nodes": dist.nodes,
         "processes_per_node": dist.processes_per_node,
         "world_size": dist.nodes * dist.processes_per_node,

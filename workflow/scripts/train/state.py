@@ -20,6 +20,7 @@ from workflow.scripts.common.modeling import accepted_columns, autocast_for, loa
 from workflow.scripts.common.views import TrainSettings, TrainView
 from workflow.scripts.launch.ranks import DistEnv
 from workflow.scripts.train.batching import DistributedLengthGroupedSampler, pad_collate
+from workflow.scripts.train import speed
 from workflow.scripts.train.comm import CommTimer
 
 
@@ -146,7 +147,9 @@ def build(cfg: TrainView, decisions: RunDecisions, data_dir: str, env: DistEnv, 
     train_cfg = cfg.train
     torch.manual_seed(train_cfg.seed)  # identical init; DDP broadcasts rank 0's anyway
     tokenizer = load_tokenizer(cfg.model, cfg.trust_remote_code)
-    model = load_model(cfg.model, task, cfg.trust_remote_code, tokenizer)
+    levers = decisions.speed or {}
+    speed.use_dropout(levers.get("dropout", "torch"))
+    model = load_model(cfg.model, task, cfg.trust_remote_code, tokenizer, levers.get("attention"))
     torch.manual_seed(train_cfg.seed + env.rank)  # different dropout per rank
     split = split.select_columns(accepted_columns(model, split.column_names))
     loader, sampler = make_loader(split, train_cfg, env, tokenizer.pad_token_id, decisions.world_size,
