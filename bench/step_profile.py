@@ -1,0 +1,72 @@
+"""Where one rank's training step goes (for make bench): a torch.profiler
+profile by op of forward, backward and the fused AdamW step on one thread,
+the share of matrix multiplication in it, and this CPU's matmul peak at the
+training precision (the bench's own measurement, the yardstick of useful
+FLOP/s).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+# Matrix multiplication, by the aten ops it runs as (attention included).
+MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "mkldnn::_linear_pointwise",
+              "aten::_scaled_dot_product_flash_attention_for_cpu",
+              "aten::_scaled_dot_product_flash_attention_for_cpu_backward")
+
+
+def matmul_peak_gflops(hidden: int, intermediate: int, dtype: torch.dtype, seconds: float = 1.0) -> float:
+    """The best of three timings of a (1024 x hidden) @ (hidden x intermediate)
+    matmul on one thread: the shape of a transformer's FFN layer."""
+    torch.set_num_threads(1)
+    a, b = torch.randn(1024, hidden).to(dtype), torch.randn(hidden, intermediate).to(dtype)
+    best = 0.0
+    for _ in range(3):
+        a @ b
+        start, count = time.perf_counter(), 0
+        while time.perf_counter() - start < seconds:
+            a @ b
+            count += 1
+        best = max(best, 2 * 1024 * hidden * intermediate * count / (time.perf_counter() - start) / 1e9)
+    return best
+
+
+def step_function(model, precision: str, batch: dict):
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=True)
+
+    def step():
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
+            loss = model(**batch).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    return step
+
+
+def profile_step(model, precision: str, batch_size: int = 16, seq_len: int = 64, steps: int = 4) -> dict:
+    """Shares of one rank's step by op (self CPU time), matmul summed."""
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    batch = {"input_ids": torch.randint(1000, 20000, (batch_size, seq_len)),
+             "attention_mask": torch.ones(batch_size, seq_len, dtype=torch.long),
+             "labels": torch.randint(0, 2, (batch_size,))}
+    model.train()
+    step = step_function(model, precision, batch)
+    for _ in range(3):
+        step()
+    seconds = []
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(steps):
+            start = time.perf_counter()
+            step()
+            seconds.append(time.perf_counter() - start)
+    by_op = {e.key: e.self_cpu_time_total for e in prof.key_averages()}
+    total = sum(by_op.values()) or 1.0
+    shares = sorted(((t / total, op) for op, t in by_op.items()), reverse=True)
+    matmul = sum(share for share, op in shares if op in MATMUL_OPS)
+    return {"matmul_share": matmul, "step_seconds": statistics.median(seconds),
+            "top": [(op, round(share, 3)) for share, op in shares[:8]]}
