@@ -280,7 +280,7 @@ def test_a_retry_submitted_by_snakemake_resumes_and_finishes(cluster, tiny_model
 # assertion whose message was not kept. Out of `make test` until that is
 # understood: `make test-slurm-time-limit` runs it.
 @pytest.mark.skipif(not os.environ.get("CPUDDP_SLURM_TIME_LIMIT"),
-                    reason="intermittent; run with `make test-slurm-time-limit`")
+                    reason="intermittent, cause not yet found: runs in `make test-slurm-time-limit`")
 @pytest.mark.timeout(1500)
 def test_a_training_longer_than_its_time_limit_finishes_in_several_jobs(cluster, tiny_model_dir, tmp_path):
     """profiles/slurm asks for SIGTERM 120 s before training's time limit: the
