@@ -95,3 +95,10 @@ intel-venv-background:
 		nohup flock $(INTEL_LOCK) $(MAKE) --no-print-directory -f $(firstword $(MAKEFILE_LIST)) \
 			intel-venv > $(INTEL_LOG) 2>&1 & \
 	fi
+
+# Training samples/s, fp32 and bf16, in the default env and then the Intel
+# env (torch 2.8 + IPEX 2.8) on the same CPU and data (docs/intel-stack.md).
+.PHONY: bench-intel
+bench-intel: venv intel-venv
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m bench.env_bench --label "default env"
+	PATH=$(INTEL_BIN):$$PATH HF_HUB_OFFLINE=1 $(INTEL_BIN)/python -m bench.env_bench --label "Intel env"
