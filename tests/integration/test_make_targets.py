@@ -15,7 +15,10 @@ def make(*args: str, user: str | None = None) -> subprocess.CompletedProcess:
     argv = ["make", "--no-print-directory", "-C", str(REPO), *args]
     if user:  # drop root for this one command
         argv = ["setpriv", f"--reuid={user}", "--regid=65534", "--clear-groups", *argv]
-    return subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    # A fresh top-level make, as a user types it: under `make test` the
+    # inherited MAKELEVEL would turn make's own "make:" into "make[2]:".
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKELEVEL", "MAKEFLAGS", "MFLAGS")}
+    return subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env)
 
 
 def one_error_line(done: subprocess.CompletedProcess) -> str:
