@@ -67,8 +67,60 @@ def test_multi_label_lists_and_comma_separated_cells(tmp_path):
     assert data["train"]["label"] == [[1, 0]]
 
 
+def hub_folder(tmp_path):
+    """A dataset folder in the Hub's own parquet layout (data/<split>-*.parquet,
+    ClassLabel names in the schema): load_dataset reads it as it reads an id."""
+    import datasets
+
+    schema = datasets.Features({"headline": datasets.Value("string"),
+                                "topic": datasets.ClassLabel(names=["world", "sports", "business"])})
+    splits = {"train": {"headline": ["a", "b", "c"], "topic": [2, 0, 1]},
+              "test": {"headline": ["d"], "topic": [1]}}
+    folder = tmp_path / "news" / "data"
+    folder.mkdir(parents=True)
+    for split, columns in splits.items():
+        datasets.Dataset.from_dict(columns, schema).to_parquet(folder / f"{split}-00000-of-00001.parquet")
+    return str(tmp_path / "news")
+
+
+def test_a_hub_dataset_by_split_names_keeps_its_class_label_order(tmp_path):
+    data = DataFiles(format="hub", dataset=hub_folder(tmp_path), train="train", validation="test",
+                     text_columns=["headline"], label_column="topic")
+    loaded = load_local(tasks.get_task("classification"), {}, "hub", data)
+    assert loaded["train"].features["label"].names == ["world", "sports", "business"]  # not sorted
+    assert loaded["train"]["label"] == [2, 0, 1] and loaded["validation"]["text"] == ["d"]
+
+
+def test_a_hub_split_that_does_not_exist_says_what_to_set(tmp_path):
+    from workflow.scripts.data.errors import DataError
+
+    data = DataFiles(format="hub", dataset=hub_folder(tmp_path), train="train", validation="dev",
+                     text_columns=["headline"], label_column="topic")
+    with pytest.raises(DataError, match="set data.train and data.validation to its split names"):
+        load_local(tasks.get_task("classification"), {}, "hub", data)
+
+
+def test_an_unreachable_hub_says_how_to_go_offline(monkeypatch):
+    import datasets
+    import huggingface_hub
+
+    from workflow.scripts.data.errors import HubUnavailableError
+
+    # The network boundary: the Hub answers nothing, as on this machine.
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    data = DataFiles(format="hub", dataset="cpuddp-tests/no-such-dataset", train="train", validation="test",
+                     text_columns=["text"])
+    with pytest.raises(HubUnavailableError, match="save it to parquet where there is network"):
+        load_local(tasks.get_task("classification"), {}, "hub", data)
+
+
 @pytest.mark.parametrize("data, message", [
     ({"format": "csv", "train": "t", "validation": "v"}, "task classification reads your own files"),
+    ({"format": "hub", "train": "train", "validation": "test", "text_columns": ["a"]},
+     "data.format hub and data.dataset go together"),
+    ({"format": "csv", "train": "t", "validation": "v", "text_columns": ["a"], "dataset": "ag_news"},
+     "data.format hub and data.dataset go together"),
     ({"format": "csv", "train": "t", "validation": "v", "text_columns": ["a"], "header": False},
      "with data.header: false, data.text_columns and data.label_column are 0-based column positions"),
 ])
@@ -93,3 +145,11 @@ def test_metrics_by_problem_type():
     result = glue_metrics(multi, [[1, 0, 1], [0, 1, 0]], [[1, 0, 0], [0, 1, 0]])
     assert result["subset_accuracy"] == 0.5 and result["f1_micro"] == pytest.approx(0.8)
     assert glue_metrics("regression", [1.0, 2.0, 4.0], [1.0, 2.0, 3.0])["mse"] == pytest.approx(1 / 3)
+
+
+def test_a_hub_dataset_config_has_no_local_files_to_check():
+    config = cfg.validate({"experiment": "x", "task": "classification", "model": "m",
+                           "data": {"format": "hub", "dataset": "fancyzhx/ag_news", "train": "train",
+                                    "validation": "test", "text_columns": ["text"]}})
+    assert cfg.data_files(config) == {}
+    cfg.check_data_files(config)  # split names are not paths

@@ -117,6 +117,9 @@ def _check_own_data(config: dict) -> None:
     if not task.own and data and data.get("text_columns"):
         raise ConfigError(f"config error: data.text_columns is for own data (task classification, multi_label, "
                           f"regression); {task.name} has its own columns")
+    if data and (data["format"] == "hub") != bool(data.get("dataset")):
+        raise ConfigError("config error: data.format hub and data.dataset go together: the Hub dataset id "
+                          "(train and validation then name its splits), or a file format without data.dataset")
     if task.own and not data.get("header", True) and not all(
             isinstance(c, int) for c in [*data["text_columns"], data.get("label_column", "label")]):
         raise ConfigError("config error: with data.header: false, data.text_columns and data.label_column "
@@ -126,6 +129,8 @@ def _check_own_data(config: dict) -> None:
 def data_files(config: dict) -> dict[str, str]:
     """The local data files by split name ({} when data comes from the Hub)."""
     data = config.get("data") or {}
+    if data.get("format") == "hub":  # train and validation name the dataset's splits
+        return {}
     keys = ("train", "validation", "validation_mismatched")
     return {k: data[k] for k in keys if data.get(k)}
 

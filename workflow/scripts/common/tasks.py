@@ -184,13 +184,13 @@ def formats_for(task: Task, qa_columns: bool = False) -> tuple[str, ...]:
     archive format first; the config check and load_local both ask here.
 
     GLUE: glue_tsv, csv, jsonl, parquet. Own data: csv, tsv, jsonl,
-    parquet. SQuAD: squad_json only, as the
+    parquet, or hub (a Hub dataset's splits). SQuAD: squad_json only, as the
     config takes it; with ``qa_columns`` also csv, jsonl and parquet, which
     load_local reads too.
     """
     columns = ("csv", "jsonl", "parquet")
     if task.own:
-        return ("csv", "tsv", "jsonl", "parquet")
+        return ("csv", "tsv", "jsonl", "parquet", "hub")
     if task.is_qa:
         return ("squad_json", *columns) if qa_columns else ("squad_json",)
     return ("glue_tsv", *columns) if task.glue_tsv else columns

@@ -64,6 +64,9 @@ class DataFiles(_View):
     label_column: str | int = "label"
     header: bool = True
     label_names: list | None = None
+    dataset: str | None = None
+    """format hub: the Hub dataset id whose splits train and validation name."""
+    dataset_config: str | None = None
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,9 @@ unless ``data.label_names`` gives them.
 Multi-label cells: a list in jsonl and parquet, or one string with the
 labels separated by commas in csv and tsv ("sports,politics"; empty = none).
 Every error names the file, the line (the data row for parquet) and the column.
+
+A Hub dataset (``data.format: hub``) names its splits in ``data.train`` and
+``data.validation``; its ClassLabel names, when it has them, are the labels.
 """
 
 from __future__ import annotations
@@ -36,11 +39,16 @@ def read_rows(path: str, fmt: str, header: bool) -> tuple[list[dict], int]:
 
 
 def columns(task: Task, path: str, fmt: str, data) -> dict[str, list]:
-    """text[, text_pair] and raw label values, checked cell by cell."""
+    """text[, text_pair] and raw label values of a file, checked cell by cell."""
     rows, first = read_rows(path, fmt, data.header)
     if not rows:
         raise DataFormatError(f"{path}: the file has no data rows")
-    where = "row" if fmt == "parquet" else "line"
+    return rows_to_columns(task, rows, data, path, "row" if fmt == "parquet" else "line", first)
+
+
+def rows_to_columns(task: Task, rows: list[dict], data, path: str, where: str, first: int) -> dict[str, list]:
+    """The checked columns of ``rows``; errors name ``path``, ``where`` (line
+    or row) and the column."""
     out = {name: [] for name in OWN_TEXT_COLUMNS[:len(data.text_columns)]}
     out["label"] = []
     for i, row in enumerate(rows):

@@ -17,7 +17,7 @@ import math
 from workflow.scripts.common.tasks import Task
 from workflow.scripts.data.errors import DataFormatError
 
-FORMATS = ("glue_tsv", "csv", "tsv", "jsonl", "parquet", "squad_json")
+FORMATS = ("glue_tsv", "csv", "tsv", "jsonl", "parquet", "squad_json", "hub")
 SQUAD_COLUMNS = ("id", "title", "context", "question", "answers")
 
 log = logging.getLogger(__name__)

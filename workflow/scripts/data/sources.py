@@ -26,7 +26,7 @@ from workflow.scripts.data.errors import (DataError, DataFormatError, HubUnavail
 from workflow.scripts.data.readers import FORMATS, SQUAD_COLUMNS, read_columns
 
 __all__ = ["DataError", "DataFormatError", "FORMATS", "HubUnavailableError", "MissingDataFileError",
-           "features", "load_hub", "load_local"]
+           "features", "load_hub", "load_local", "load_own_hub"]
 
 # Why a format that exists does not fit the task (see tasks.formats_for).
 _MISFIT = {
@@ -52,6 +52,8 @@ def load_local(task: Task, files: dict[str, str], fmt: str, own_data=None
             f"unknown data format {fmt!r}: use one of {', '.join(FORMATS)}")
     if fmt not in formats_for(task, qa_columns=True):
         raise DataFormatError(_MISFIT[fmt].format(task=task.name))
+    if task.own and fmt == "hub":
+        return load_own_hub(task, own_data)
     if task.own:
         return load_own(task, _split_paths(task, files), fmt, own_data)
     splits = {}
@@ -65,14 +67,66 @@ def load_own(task: Task, paths: dict[str, str], fmt: str, data) -> datasets.Data
     """Own data: the configured columns, labels found in the training file
     (or data.label_names) and kept as the label feature's names."""
     columns = {split: own.columns(task, path, fmt, data) for split, path in paths.items()}
-    names = tuple(map(str, data.label_names or ())) or own.found_labels(columns["train"]["label"])
-    task = with_labels(task, names)
     first = 2 if data.header and fmt in ("csv", "tsv") else 1
-    for split, path in paths.items():
+    return _own_dataset(task, columns, data, {split: (path, first) for split, path in paths.items()})
+
+
+def load_own_hub(task: Task, data) -> datasets.DatasetDict:
+    """Own data from a Hub dataset (or a local dataset folder): data.train and
+    data.validation name its splits; a ClassLabel column's names are the
+    labels, in its order, as run_glue takes them."""
+    names = {"train": data.train, task.validation_splits[0]: data.validation}
+    raw = {split: _download_split(data, name) for split, name in names.items()}
+    class_names = _class_names(raw["train"].features, data.label_column)
+    places = {split: (f"{data.dataset}[{name}]", 1) for split, name in names.items()}
+    columns = {split: own.rows_to_columns(task, _labels_as_names(ds, data.label_column, class_names),
+                                          data, places[split][0], "row", 1)
+               for split, ds in raw.items()}
+    return _own_dataset(task, columns, data, places, class_names)
+
+
+def _own_dataset(task: Task, columns: dict, data, places: dict, class_names=None) -> datasets.DatasetDict:
+    """Label names -> ids over the training labels, as the ClassLabel feature."""
+    given = tuple(map(str, data.label_names or ()))
+    names = given or class_names or own.found_labels(columns["train"]["label"])
+    task = with_labels(task, names)
+    for split, (path, first) in places.items():
         columns[split]["label"] = own.to_ids(task, columns[split]["label"], names, path, first,
                                              data.label_column)
     schema = features(task, len(data.text_columns))
     return datasets.DatasetDict({split: datasets.Dataset.from_dict(c, schema) for split, c in columns.items()})
+
+
+def _download_split(data, split: str) -> datasets.Dataset:
+    try:
+        return datasets.load_dataset(data.dataset, data.dataset_config, split=split)
+    except _network_errors() as err:
+        raise HubUnavailableError(
+            f"cannot load dataset {data.dataset!r} from the Hugging Face Hub ({type(err).__name__}: no network, "
+            "or no such dataset?): save it to parquet where there is network and set data.format: parquet"
+        ) from err
+    except ValueError as err:  # an unknown split or config
+        raise DataError(f"dataset {data.dataset!r}: {err}; set data.train and data.validation to its "
+                        "split names (and data.dataset_config)") from err
+
+
+def _class_names(features_: datasets.Features, column) -> tuple[str, ...] | None:
+    feature = features_.get(column)
+    feature = getattr(feature, "feature", feature)  # a list of class labels (multi-label)
+    return tuple(feature.names) if isinstance(feature, datasets.ClassLabel) else None
+
+
+def _labels_as_names(ds: datasets.Dataset, column, class_names) -> list[dict]:
+    """Rows, their class-label ids turned into names (own.raw_label reads names)."""
+    rows = ds.to_list()
+    if class_names:
+        for row in rows:
+            value = row.get(column)
+            if isinstance(value, list):
+                row[column] = [class_names[v] for v in value]
+            elif isinstance(value, int) and value >= 0:
+                row[column] = class_names[value]
+    return rows
 
 
 def load_hub(task: Task) -> datasets.DatasetDict:
