@@ -157,7 +157,8 @@ def profile_row(model: str, precision: str, attention: str, dropout: str) -> dic
         speed.use_dropout("torch")
 
 
-def rows_for(work: Path, model: str, data: Path, steps: int, bf16: bool, with_compile: bool) -> dict:
+def rows_for(work: Path, model: str, data: Path, steps: int, bf16: bool, with_compile: bool,
+             each_lever: bool = False) -> dict:
     precision = "bf16" if bf16 else "fp32"
     rows = {"Trainer at its best": (lambda: run_trainer(work, model, data, steps, bf16, False, "best"),
                                     (precision, "sdpa", "torch"))}
@@ -167,6 +168,13 @@ def rows_for(work: Path, model: str, data: Path, steps: int, bf16: bool, with_co
     rows["cpuddp, step levers off"] = (
         lambda: run_cpuddp(work, model, data, steps, {"dropout": "torch", "attention": "sdpa"}, "off"),
         (precision, "sdpa", "torch"))
+    if each_lever:  # each lever on its own, the other one off
+        rows["cpuddp, fast dropout only"] = (
+            lambda: run_cpuddp(work, model, data, steps, {"dropout": "fast", "attention": "sdpa"}, "dropout"),
+            (precision, "sdpa", "fast"))
+        rows["cpuddp, eager attention only"] = (
+            lambda: run_cpuddp(work, model, data, steps, {"dropout": "torch", "attention": "eager"}, "attention"),
+            (precision, "eager", "torch"))
     rows["cpuddp (defaults)"] = (lambda: run_cpuddp(work, model, data, steps, None, "auto"),
                                  (precision, "eager", "fast"))
     results = {}
@@ -201,22 +209,29 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=48, help="steps per MiniLM row")
     parser.add_argument("--bert-steps", type=int, default=16, help="steps per BERT-base row")
     parser.add_argument("--no-compile", action="store_true", help="leave out the torch_compile rows")
+    parser.add_argument("--each-lever", action="store_true", help="add a row per step lever on its own")
+    parser.add_argument("--models", default="minilm,bert", help="which of minilm,bert to run")
     args = parser.parse_args()
     prepare_job_environment(str(Path(__file__).resolve().parents[1]))  # .venv's mpirun, repo on PYTHONPATH
     cpu = hardware.cpu_summary()
     bf16 = hardware.has_native_bf16(cpu["isa_flags"])
-    print(f"CPU {hardware.cpu_tag(cpu)}; {time.strftime('%Y-%m-%d')}; python -m bench.train_bench "
-          f"--steps {args.steps} --bert-steps {args.bert_steps}; training precision {'bf16' if bf16 else 'fp32'}")
+    command = " ".join(["python -m bench.train_bench", *sys.argv[1:]])
+    print(f"CPU {hardware.cpu_tag(cpu)}; {time.strftime('%Y-%m-%d')}; {command}; "
+          f"training precision {'bf16' if bf16 else 'fp32'}")
     minilm = cfg.resolve_model(MODEL)
     dtype = torch.bfloat16 if bf16 else torch.float32
     with tempfile.TemporaryDirectory(prefix="cpuddp-bench-") as tmp:
         work = Path(tmp)
-        for title, model, steps, shape in (("MiniLM (packaged), MRPC-shaped", minilm, args.steps, (384, 1536)),
-                                           ("BERT-base-shaped (random weights)", None, args.bert_steps, (768, 3072))):
+        for key, title, model, steps, shape in (
+                ("minilm", "MiniLM (packaged), MRPC-shaped", minilm, args.steps, (384, 1536)),
+                ("bert", "BERT-base-shaped (random weights)", None, args.bert_steps, (768, 3072))):
+            if key not in args.models.split(","):
+                continue
             model = model or bert_base(work, minilm)
             data = prepare(work / title.split()[0], model)
             print(f"{title}:", flush=True)
-            results = rows_for(work / title.split()[0], model, data, steps, bf16, not args.no_compile)
+            results = rows_for(work / title.split()[0], model, data, steps, bf16, not args.no_compile,
+                               args.each_lever)
             report(title, results, matmul_peak_gflops(*shape, dtype), useful_flops_per_sample(model, data))
 
 
