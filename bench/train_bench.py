@@ -157,6 +157,10 @@ def profile_row(model: str, precision: str, attention: str, dropout: str) -> dic
         speed.use_dropout("torch")
 
 
+LEVERS_OFF = {"dropout": "torch", "attention": "sdpa", "embedding_allreduce": "dense"}
+LEVERS_ON = {"dropout": "fast", "attention": "eager", "embedding_allreduce": "rows"}
+
+
 def rows_for(work: Path, model: str, data: Path, steps: int, bf16: bool, with_compile: bool,
              each_lever: bool = False) -> dict:
     precision = "bf16" if bf16 else "fp32"
@@ -165,16 +169,14 @@ def rows_for(work: Path, model: str, data: Path, steps: int, bf16: bool, with_co
     if with_compile:
         rows["Trainer at its best + torch_compile"] = (
             lambda: run_trainer(work, model, data, steps, bf16, True, "compile"), None)
-    rows["cpuddp, step levers off"] = (
-        lambda: run_cpuddp(work, model, data, steps, {"dropout": "torch", "attention": "sdpa"}, "off"),
-        (precision, "sdpa", "torch"))
-    if each_lever:  # each lever on its own, the other one off
-        rows["cpuddp, fast dropout only"] = (
-            lambda: run_cpuddp(work, model, data, steps, {"dropout": "fast", "attention": "sdpa"}, "dropout"),
-            (precision, "sdpa", "fast"))
-        rows["cpuddp, eager attention only"] = (
-            lambda: run_cpuddp(work, model, data, steps, {"dropout": "torch", "attention": "eager"}, "attention"),
-            (precision, "eager", "torch"))
+    rows["cpuddp, step levers off"] = (lambda: run_cpuddp(work, model, data, steps, LEVERS_OFF, "off"),
+                                       (precision, "sdpa", "torch"))
+    if each_lever:  # each lever on its own, the others off
+        for lever, on in LEVERS_ON.items():
+            setting = {**LEVERS_OFF, lever: on}
+            rows[f"cpuddp, only {lever} {on}"] = (
+                lambda setting=setting, lever=lever: run_cpuddp(work, model, data, steps, setting, lever),
+                (precision, setting["attention"], setting["dropout"]))
     rows["cpuddp (defaults)"] = (lambda: run_cpuddp(work, model, data, steps, None, "auto"),
                                  (precision, "eager", "fast"))
     results = {}

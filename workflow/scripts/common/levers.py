@@ -1,18 +1,21 @@
-"""Which levers of the training step (workflow/scripts/train/speed.py) a run
-uses: `auto` follows the rules stated there and in docs/performance.md; the
-environment check records the choice and why in environment.json."""
+"""Which levers of the training step (workflow/scripts/train/speed.py and
+comm.py) a run uses: `auto` follows the rules stated there and in
+docs/performance.md; the environment check records the choice and why in
+environment.json."""
 
 from __future__ import annotations
 
+RULES = {
+    "dropout": ("fast", "auto: 32-bit draws are faster than bernoulli_ on every CPU measured"),
+    "attention": ("eager", "auto: with attention dropout the CPU sdpa kernel falls back to math; eager is faster"),
+    "embedding_allreduce": ("rows", "auto: a batch touches a few hundred of the word embedding's rows; the rest "
+                                    "are zero on every rank"),
+}
 
-def choose(dropout: str = "auto", attention: str = "auto") -> dict:
+
+def choose(dropout: str = "auto", attention: str = "auto", embedding_allreduce: str = "auto") -> dict:
     """The levers and why (rules, not measurements: docs/performance.md has the figures)."""
-    picked = {"dropout": "fast" if dropout == "auto" else dropout,
-              "attention": "eager" if attention == "auto" else attention}
-    reasons = {
-        "dropout": "auto: 32-bit draws are faster than bernoulli_ on every CPU measured" if dropout == "auto"
-        else "set in train.speed",
-        "attention": "auto: with attention dropout the CPU sdpa kernel falls back to math; eager is faster"
-        if attention == "auto" else "set in train.speed",
-    }
+    settings = {"dropout": dropout, "attention": attention, "embedding_allreduce": embedding_allreduce}
+    picked = {k: RULES[k][0] if v == "auto" else v for k, v in settings.items()}
+    reasons = {k: RULES[k][1] if v == "auto" else "set in train.speed" for k, v in settings.items()}
     return {"speed": picked, "speed_reason": reasons}

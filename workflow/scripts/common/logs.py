@@ -92,6 +92,10 @@ def exit_status(log_dir, rank: int):
             yield status
     except Preempted as err:
         status.write("preempted", error=str(err))
+        # The checkpoint is written: a second SIGTERM (Slurm signals every
+        # step, and the launcher forwards its own) must not turn exit 75
+        # into a kill. The launcher's SIGKILL still bounds the exit.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         raise
     except Terminated:
         print(f"rank {rank}: {STOPPED}", file=status.stack_file, flush=True)

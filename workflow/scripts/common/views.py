@@ -73,6 +73,7 @@ class DataFiles(_View):
 class SpeedSettings(_View):
     dropout: str = "auto"
     attention: str = "auto"
+    embedding_allreduce: str = "auto"
 
 
 @dataclass(frozen=True)

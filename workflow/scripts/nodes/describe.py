@@ -136,7 +136,7 @@ def describe(config, launcher: bool = True) -> dict:
         "precision_reason": precision_why,
         "ipex": ipex,
         "ipex_reason": ipex_why,
-        **speed_levers.choose(train.speed.dropout, train.speed.attention),
+        **speed_levers.choose(train.speed.dropout, train.speed.attention, train.speed.embedding_allreduce),
         "nodes": dist.nodes,
         "processes_per_node": dist.processes_per_node,
         "world_size": dist.nodes * dist.processes_per_node,

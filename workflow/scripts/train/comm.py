@@ -16,6 +16,7 @@ from __future__ import annotations
 import time
 
 import torch
+import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
 
 COMPRESSION = ("none", "fp16", "bf16", "powersgd")
@@ -33,6 +34,46 @@ def reducer(compression: str):
     if compression not in hooks:
         raise ValueError(f"distributed.gradient_compression: {compression!r}; choose one of: {' '.join(COMPRESSION)}")
     return hooks[compression], None
+
+
+def allreduce_rows(bucket, table: torch.nn.Parameter, sent: list[int]):
+    """The bucket holding the word embedding, all-reduced as the default hook
+    does (divide by the world size, then sum) but sending of the embedding's
+    gradient only the rows some rank touched: a batch uses a few hundred of
+    its ~30,000 rows and every other row is exactly zero on every rank, so
+    the result is the dense one, bit for bit. Two small all-gathers (the row
+    counts, then the rows) come first; the embedding's bucket is the last one
+    backward fills, so waiting for them here hides no compute."""
+    world = dist.get_world_size()
+    grads = bucket.gradients()
+    at = next(i for i, p in enumerate(bucket.parameters()) if p is table)
+    rows = union_of_rows(grads[at])
+    sent[:] = [sent[0] + 1, sent[1] + rows.numel(), sent[2] + grads[at].shape[0]]
+    dense = [g for i, g in enumerate(grads) if i != at]
+    packed = torch.cat([grads[at][rows].flatten(), *(g.flatten() for g in dense)]).div_(world)
+    dist.all_reduce(packed)
+    grads[at].index_copy_(0, rows, packed[:rows.numel() * grads[at].shape[1]].view(-1, grads[at].shape[1]))
+    offset = rows.numel() * grads[at].shape[1]
+    for g in dense:
+        g.copy_(packed[offset:offset + g.numel()].view_as(g))
+        offset += g.numel()
+    done = torch.futures.Future()
+    done.set_result(bucket.buffer())
+    return done
+
+
+def union_of_rows(grad: torch.Tensor) -> torch.Tensor:
+    """Indices of the rows that are non-zero on any rank, sorted."""
+    mine = grad.ne(0).any(dim=1).nonzero().flatten()
+    counts = [torch.zeros(1, dtype=torch.int64) for _ in range(dist.get_world_size())]
+    dist.all_gather(counts, torch.tensor([mine.numel()]))
+    longest = int(max(c.item() for c in counts))
+    padded = torch.full((longest,), -1, dtype=torch.int64)
+    padded[:mine.numel()] = mine
+    gathered = [torch.empty(longest, dtype=torch.int64) for _ in counts]
+    dist.all_gather(gathered, padded)
+    union = torch.cat(gathered).unique()
+    return union[union >= 0]
 
 
 class BucketTimes:
@@ -60,8 +101,12 @@ class BucketTimes:
 class CommTimer:
     """DDP comm hook state that reduces buckets and measures the wait."""
 
-    def __init__(self, compression: str = "none", warmup: int = 2):
+    def __init__(self, compression: str = "none", warmup: int = 2, rows_of: torch.nn.Parameter | None = None):
         self.inner, self.inner_state = reducer(compression)
+        # The word embedding whose gradient goes as its touched rows
+        # (allreduce_rows); None = every bucket dense.
+        self.rows_of = rows_of if compression == "none" else None
+        self.rows_sent = [0, 0, 0]  # row all-reduces, rows sent, rows of the table
         self.warmup = warmup
         self.updates = 0
         self._update_start = None
@@ -86,7 +131,10 @@ class CommTimer:
     def hook(state, bucket):  # no annotations: DDP compares them to real types
         state.last_ready = ready = time.perf_counter()
         state.buckets += 1
-        future = state.inner(state.inner_state, bucket)
+        if state.rows_of is not None and any(p is state.rows_of for p in bucket.parameters()):
+            future = allreduce_rows(bucket, state.rows_of, state.rows_sent)
+        else:
+            future = state.inner(state.inner_state, bucket)
         if not state.timing:
             return future
         index, nbytes, start = state._bucket, bucket.buffer().numel() * bucket.buffer().element_size(), \
@@ -130,8 +178,10 @@ class CommTimer:
         return round(self.wait_seconds / self.step_seconds, 4) if self.step_seconds else 0.0
 
     def counts(self) -> dict:
+        reduces, sent, table = self.rows_sent
         return {"buckets_reduced": self.buckets, "backward_passes": self.backwards,
-                "reducing_backward_passes": self.reducing_backwards}
+                "reducing_backward_passes": self.reducing_backwards,
+                "embedding_rows_sent_share": round(sent / table, 4) if reduces else None}
 
     def step_split(self) -> dict:
         """Mean update of the timed ones: seconds, compute, exposed

@@ -159,7 +159,8 @@ def build(cfg: TrainView, decisions: RunDecisions, data_dir: str, env: DistEnv, 
     if decisions.ipex:
         log.info(f"IPEX optimized the model for training ({decisions.precision}): "
                  f"{intel.ipex_modules(model)} modules replaced")
-    comm = CommTimer(cfg.distributed.gradient_compression)
+    rows_of = model.get_input_embeddings().weight if levers.get("embedding_allreduce") == "rows" else None
+    comm = CommTimer(cfg.distributed.gradient_compression, rows_of=rows_of)
     ddp_model = DDP(model, gradient_as_bucket_view=True, bucket_cap_mb=cfg.distributed.bucket_cap_mb)
     ddp_model.register_comm_hook(comm, CommTimer.hook)
     log.info(f"{len(split)} training features, {len(sampler)} steps per epoch, {steps} steps, "
