@@ -63,7 +63,8 @@ def test_auto_with_native_bf16_follows_the_measurement():
     assert speed["fp32_gflops"] > 0 and speed["bf16_gflops"] > 0
     faster = speed["bf16_gflops"] >= speed["fp32_gflops"]
     assert precision == ("bf16" if faster else "fp32")
-    assert why.startswith("auto")
+    assert why.startswith("auto") and "measured" in why  # the flags said native: the measurement decided
+    assert "no native bf16" not in why
 
 
 # ---------------------------------------------------------------- threads

@@ -97,6 +97,9 @@ def choose_precision(requested: str, flags) -> tuple[str, str, dict]:
         return "bf16", "requested", speed
     if native:
         return "bf16", "auto: native bf16 measured faster than fp32", speed
+    if speed:  # the flags say native, the measurement says otherwise (a hypervisor, an old torch)
+        return "fp32", (f"auto: bf16 measured slower than fp32 here ({speed['bf16_gflops']} against "
+                        f"{speed['fp32_gflops']} GFLOP/s), falling back to fp32"), speed
     return "fp32", "auto: no native bf16 on this CPU, falling back to fp32", speed
 
 
