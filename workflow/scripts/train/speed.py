@@ -27,8 +27,10 @@ def fast_dropout(input, p: float = 0.5, training: bool = True, inplace: bool = F
         return input
     if p == 1.0:
         return input * 0.0
-    keep = torch.empty(input.shape, dtype=torch.int32).random_() >= int(p * KEEP_SCALE_BITS)
-    return input * keep * (1.0 / (1.0 - p))
+    drop = torch.empty(input.shape, dtype=torch.int32).random_() < int(p * KEEP_SCALE_BITS)
+    # where(), not input * mask: a bool mask in a product is first cast to
+    # the input's dtype, one more pass over the tensor forward and backward.
+    return torch.where(drop, 0.0, input * (1.0 / (1.0 - p)))
 
 
 def use_dropout(kind: str) -> None:
