@@ -17,6 +17,8 @@ import torch
 from bench.train_bench import MODEL, full_config, prepare
 from workflow.scripts.common import config as cfg
 from workflow.scripts.common import hardware
+from workflow.scripts.common.errors import UserError
+from workflow.scripts.nodes.describe import matmul_gflops
 from workflow.scripts.common.snakemake_env import prepare_job_environment
 from workflow.scripts.train.runs import run_training
 
@@ -36,7 +38,14 @@ def main() -> None:
             out = Path(tmp) / precision
             out.mkdir()
             start = time.perf_counter()
-            info, metrics = run_training(full_config(model, args.steps, precision), str(data), out, "env bench")
+            try:
+                info, metrics = run_training(full_config(model, args.steps, precision), str(data), out, "env bench")
+            except UserError as err:  # bf16 that measures slower than fp32 here is refused, not run
+                gflops = {str(d).split(".")[-1]: round(matmul_gflops(d), 1) for d in (torch.float32, torch.bfloat16)}
+                print(f"{args.label}: torch {torch.__version__}, {precision}: refused ({err}); matmul GFLOP/s "
+                      f"{gflops} "
+                      f"{hardware.cpu_tag(cpu)} {time.strftime('%Y-%m-%d')}", flush=True)
+                continue
             print(f"{args.label}: torch {torch.__version__}, ipex {info['ipex']}, {precision}: "
                   f"{metrics['train_samples_per_second']:.2f} samples/s ({time.perf_counter() - start:.0f} s wall) "
                   f"{hardware.cpu_tag(cpu)} {time.strftime('%Y-%m-%d')}", flush=True)
