@@ -37,6 +37,12 @@ def sigterm_raises():
     previous = signal.signal(signal.SIGTERM, handler)
     try:
         yield
+    except Preempted:
+        # The checkpoint is written: from here a second SIGTERM (Slurm signals
+        # every step, and the launcher forwards its own) must not turn exit 75
+        # into a kill, with no gap in which the default action is back.
+        previous = signal.SIG_IGN
+        raise
     finally:
         signal.signal(signal.SIGTERM, previous)
 

@@ -91,11 +91,7 @@ def exit_status(log_dir, rank: int):
         with sigterm_raises():
             yield status
     except Preempted as err:
-        status.write("preempted", error=str(err))
-        # The checkpoint is written: a second SIGTERM (Slurm signals every
-        # step, and the launcher forwards its own) must not turn exit 75
-        # into a kill. The launcher's SIGKILL still bounds the exit.
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        status.write("preempted", error=str(err))  # SIGTERM is ignored from here (sigterm_raises)
         raise
     except Terminated:
         print(f"rank {rank}: {STOPPED}", file=status.stack_file, flush=True)
