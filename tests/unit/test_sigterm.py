@@ -21,15 +21,13 @@ def keep_handler():
 
 def test_sigterm_raises_terminated_and_the_handler_comes_back():
     before = signal.getsignal(signal.SIGTERM)
-    with pytest.raises(Terminated):
-        with sigterm_raises():
-            os.kill(os.getpid(), signal.SIGTERM)
+    with pytest.raises(Terminated), sigterm_raises():
+        os.kill(os.getpid(), signal.SIGTERM)
     assert signal.getsignal(signal.SIGTERM) is before
 
 
 def test_after_preempted_a_second_sigterm_is_ignored():
-    with pytest.raises(Preempted):
-        with sigterm_raises():
-            raise Preempted("stopped at step 3")
+    with pytest.raises(Preempted), sigterm_raises():
+        raise Preempted("stopped at step 3")
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
     os.kill(os.getpid(), signal.SIGTERM)  # delivered for real: this process lives on
