@@ -50,7 +50,7 @@ def test_use_dropout_routes_nn_dropout_and_back():
 
 def test_auto_picks_by_the_stated_rule_and_settings_win():
     auto = levers.choose()
-    assert auto["speed"] == {"dropout": "fast", "attention": "eager", "embedding_allreduce": "rows"}
+    assert auto["speed"] == {"dropout": "fast", "attention": "eager", "embedding_allreduce": "dense"}
     assert "auto" in auto["speed_reason"]["dropout"]
     assert levers.choose("torch", "sdpa", "dense")["speed"] == {"dropout": "torch", "attention": "sdpa",
                                                                  "embedding_allreduce": "dense"}

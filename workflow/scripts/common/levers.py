@@ -8,8 +8,11 @@ from __future__ import annotations
 RULES = {
     "dropout": ("fast", "auto: 32-bit draws are faster than bernoulli_ on every CPU measured"),
     "attention": ("eager", "auto: with attention dropout the CPU sdpa kernel falls back to math; eager is faster"),
-    "embedding_allreduce": ("rows", "auto: a batch touches a few hundred of the word embedding's rows; the rest "
-                                    "are zero on every rank"),
+    # rows is exact and sends far less over slow links, but the scaling plan
+    # (workflow/scripts/plan) models the dense all-reduce: until it models
+    # rows, auto keeps the plan true.
+    "embedding_allreduce": ("dense", "auto: the scaling plan models the dense all-reduce; rows (exact, far less "
+                                     "traffic) is set in train.speed"),
 }
 
 
