@@ -17,6 +17,7 @@ import time
 
 import torch
 import torch.distributed as dist
+from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors  # what DDP packs buckets with
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
 
 COMPRESSION = ("none", "fp16", "bf16", "powersgd")
@@ -50,13 +51,13 @@ def allreduce_rows(bucket, table: torch.nn.Parameter, sent: list[int]):
     rows = union_of_rows(grads[at])
     sent[:] = [sent[0] + 1, sent[1] + rows.numel(), sent[2] + grads[at].shape[0]]
     dense = [g for i, g in enumerate(grads) if i != at]
-    packed = torch.cat([grads[at][rows].flatten(), *(g.flatten() for g in dense)]).div_(world)
+    parts = [grads[at][rows], *dense]
+    packed = _flatten_dense_tensors(parts).div_(world)
     dist.all_reduce(packed)
-    grads[at].index_copy_(0, rows, packed[:rows.numel() * grads[at].shape[1]].view(-1, grads[at].shape[1]))
-    offset = rows.numel() * grads[at].shape[1]
-    for g in dense:
-        g.copy_(packed[offset:offset + g.numel()].view_as(g))
-        offset += g.numel()
+    table_rows, *reduced = _unflatten_dense_tensors(packed, parts)
+    grads[at].index_copy_(0, rows, table_rows)
+    for grad, value in zip(dense, reduced):
+        grad.copy_(value)
     done = torch.futures.Future()
     done.set_result(bucket.buffer())
     return done
