@@ -37,8 +37,13 @@ test: need-root need-debs need-intel-python venv
 test-fast: venv
 	$(PYTEST) --junitxml=.lanes/unit.xml tests/unit
 
+# Three workers, whole files each (a file's fixtures, such as its Slurm cluster,
+# start once), longest files first (tests/conftest.py): on 2 cores this lane
+# is mostly waiting, so it takes about half the time of one worker.
+# WORKERS=0 runs it in this process.
+WORKERS ?= 3
 test-integration: need-root need-debs venv
-	$(PYTEST) --junitxml=.lanes/integration.xml tests/integration
+	$(PYTEST) -n $(WORKERS) --dist loadfile --no-loadscope-reorder --junitxml=.lanes/integration.xml tests/integration
 
 # Style: ruff on the Python, snakefmt on the rules, Snakemake's own lint.
 lint: venv

@@ -80,10 +80,24 @@ def lane(item) -> str:
     return Path(str(item.fspath)).relative_to(TESTS).parts[0]
 
 
+# The integration lane runs its files on parallel workers (pytest-xdist,
+# --dist loadfile, mk/tests.mk): the longest files start first, so that no
+# long file starts last and runs alone. Most of their time is waiting (Slurm's
+# status polls, timeouts, process starts), which a neighbour's work fills.
+LONGEST_FIRST = ("test_slurm.py", "test_self_healing.py", "test_fault_tolerance.py", "test_slurm_time_limit.py",
+                 "test_multinode.py", "test_every_task.py")
+
+
+def file_order(item) -> int:
+    name = Path(str(item.fspath)).name
+    return LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST)
+
+
 def pytest_collection_modifyitems(items):
     for item in items:
         if lane(item) == "integration" and not item.get_closest_marker("timeout"):
             item.add_marker(pytest.mark.timeout(TRAINING_TIMEOUT))
+    items.sort(key=file_order)  # stable: a file's own tests keep their order
 
 
 # ------------------------------------------------ the unit lane stays a unit lane

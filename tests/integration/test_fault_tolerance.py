@@ -9,6 +9,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 import yaml
 
@@ -34,14 +35,14 @@ def rank_pid(rank: int, timeout: float = 60) -> int:
     """The pid of training rank `rank` (read from the launcher's environment)."""
     deadline = time.time() + timeout
     while time.time() < deadline:
-        for proc in Path("/proc").iterdir():
+        for proc in psutil.Process().children(recursive=True):  # this test's, not a neighbour's
             try:
-                cmd = (proc / "cmdline").read_bytes()
-                env = (proc / "environ").read_bytes().split(b"\0")
-            except (OSError, ValueError):
+                cmd = " ".join(proc.cmdline())
+                env = proc.environ()
+            except psutil.Error:
                 continue
-            if b"workflow.scripts.train.rank" in cmd and f"PMI_RANK={rank}".encode() in env:
-                return int(proc.name)
+            if "workflow.scripts.train.rank" in cmd and env.get("PMI_RANK") == str(rank):
+                return proc.pid
         time.sleep(0.05)
     raise AssertionError(f"no training rank {rank} found")
 

@@ -18,6 +18,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from conftest import BIN, REPO, snakemake
@@ -77,14 +78,14 @@ def rank_pid(work: Path, rank: int, timeout: float = 60) -> int:
 
 def launcher_pid() -> int:
     """The MPI launcher (Intel MPI's mpiexec.hydra) of the running training."""
-    for proc in Path("/proc").iterdir():
+    for proc in psutil.Process().children(recursive=True):  # this test's, not a neighbour's
         try:
-            cmd = (proc / "cmdline").read_bytes()
-        except OSError:
+            cmd = proc.cmdline()
+        except psutil.Error:
             continue
-        is_hydra = cmd.startswith(b"mpiexec.hydra") or b"/mpiexec.hydra\0" in cmd
-        if is_hydra and b"workflow.scripts.train.rank" in cmd:
-            return int(proc.name)
+        is_hydra = bool(cmd) and Path(cmd[0]).name == "mpiexec.hydra"
+        if is_hydra and any("workflow.scripts.train.rank" in word for word in cmd):
+            return proc.pid
     raise AssertionError("no mpiexec.hydra of a training found")
 
 
