@@ -38,6 +38,7 @@ def main() -> None:
     parser.add_argument("--bf16", action="store_true")
     parser.add_argument("--group-by-length", action="store_true")
     parser.add_argument("--compile", action="store_true")
+    parser.add_argument("--one-process", action="store_true", help="no mpirun, no process group (1 rank)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     tokenizer = AutoTokenizer.from_pretrained(args.model)
@@ -49,7 +50,8 @@ def main() -> None:
         output_dir=str(Path(args.out) / "trainer"), per_device_train_batch_size=args.batch_size,
         per_device_eval_batch_size=64, learning_rate=args.lr, num_train_epochs=args.epochs,
         max_steps=args.steps or -1, save_strategy="no", report_to=[], logging_steps=10, seed=args.seed,
-        use_cpu=True, ddp_backend="gloo", dataloader_num_workers=0, disable_tqdm=True, bf16=args.bf16,
+        use_cpu=True, ddp_backend=None if args.one_process else "gloo", dataloader_num_workers=0, disable_tqdm=True,
+        bf16=args.bf16,
         train_sampling_strategy="group_by_length" if args.group_by_length else "random",
         torch_compile=args.compile, optim="adamw_torch_fused")
     trainer = Trainer(model=model, args=training, train_dataset=data["train"], eval_dataset=data["validation"],

@@ -99,12 +99,15 @@ MRPC_TRAIN, EPOCHS, GLOBAL_BATCH = 3668, 3, 32
 E2E_STEPS = EPOCHS * -(-MRPC_TRAIN // GLOBAL_BATCH)
 
 
-def full_config(model: str, steps: int, precision: str, speed: dict | None = None) -> dict:
+def full_config(model: str, steps: int, precision: str, speed: dict | None = None, layout=(2, 1)) -> dict:
+    """Global batch 32 on `layout` (ranks, threads per rank) of this node."""
+    ranks, threads = layout
     return cfg.validate({
         "experiment": "bench", "task": "mrpc", "model": model,
-        "train": {"batch_size": 16, "learning_rate": 2e-5, "epochs": 3, "max_steps": steps, "max_seq_length": 128,
-                  "precision": precision, "checkpoint_every": 0, "log_every": 8, "speed": speed or {}},
-        "distributed": {"processes_per_node": 2, "threads_per_process": 1},
+        "train": {"batch_size": GLOBAL_BATCH // ranks, "learning_rate": 2e-5, "epochs": 3, "max_steps": steps,
+                  "max_seq_length": 128, "precision": precision, "checkpoint_every": 0, "log_every": 8,
+                  "speed": speed or {}},
+        "distributed": {"processes_per_node": ranks, "threads_per_process": threads},
     })
 
 
@@ -114,24 +117,31 @@ def timed(run) -> dict:
     return {**result, "wall_seconds": time.perf_counter() - start}
 
 
-def run_cpuddp(work: Path, model: str, data: Path, steps: int, speed: dict | None, tag: str) -> dict:
+def run_cpuddp(work: Path, model: str, data: Path, steps: int, speed: dict | None, tag: str, layout=(2, 1)) -> dict:
     out = work / f"cpuddp-{tag}"
     out.mkdir()
-    info, metrics = run_training(full_config(model, steps, "auto", speed), str(data), out, "cpuddp bench run")
+    info, metrics = run_training(full_config(model, steps, "auto", speed, layout), str(data), out,
+                                 "cpuddp bench run")
     return {"sps": metrics["train_samples_per_second"], "precision": info["precision"], "steps": steps,
             "levers": info.get("speed")}
 
 
-def run_trainer(work: Path, model: str, data: Path, steps: int, bf16: bool, compile_: bool, tag: str) -> dict:
-    config = full_config(model, steps, "fp32")
+def run_trainer(work: Path, model: str, data: Path, steps: int, bf16: bool, compile_: bool, tag: str,
+                layout=(2, 1)) -> dict:
+    config = full_config(model, steps, "fp32", layout=layout)
     out = work / f"trainer-{tag}"
     program = [sys.executable, str(Path(__file__).with_name("hf_trainer_run.py")), "--model", model,
-               "--data", str(data), "--out", str(out), "--pad", "batch", "--batch-size", "16", "--steps", str(steps),
+               "--data", str(data), "--out", str(out), "--pad", "batch", "--batch-size", str(GLOBAL_BATCH // layout[0]),
+               "--threads", str(layout[1]), "--steps", str(steps),
                "--group-by-length", *(["--bf16"] if bf16 else []), *(["--compile"] if compile_ else [])]
-    done = subprocess.run(launch.build(config, environment.environment_record(config), program), capture_output=True,
-                          text=True)
+    # One rank is one plain process, as a user runs it: accelerate under an
+    # MPI of one rank finds no process group and stops.
+    argv = [*program, "--one-process"] if layout[0] == 1 else \
+        launch.build(config, environment.environment_record(config), program)
+    done = subprocess.run(argv, capture_output=True, text=True)
     if done.returncode:
-        return {"error": (done.stderr or done.stdout).strip().splitlines()[-1][:200]}
+        lines = [line for line in (done.stderr or done.stdout).splitlines() if line.strip(" -")]
+        return {"error": (lines or ["no output"])[-1][:200]}
     rank0 = json.loads((out / "rank0.json").read_text())
     return {"sps": rank0["train_samples_per_second"], "precision": "bf16" if bf16 else "fp32", "steps": steps}
 
@@ -198,6 +208,19 @@ def rows_for(work: Path, model: str, data: Path, steps: int, bf16: bool, with_co
     return results
 
 
+def layout_rows(work: Path, model: str, data: Path, steps: int) -> None:
+    """Ranks x threads: the Trainer (fp32, as the rows above) and cpuddp
+    (defaults) on each split of the 2 cores, global batch 32 in all."""
+    print("layouts (fp32 Trainer; cpuddp defaults), samples/s:", flush=True)
+    for layout in ((2, 1), (1, 2)):
+        tag = f"{layout[0]}x{layout[1]}"
+        trainer = run_trainer(work, model, data, steps, False, False, f"layout-{tag}", layout)
+        ours = run_cpuddp(work, model, data, steps, None, f"layout-{tag}", layout)
+        print(f"  {tag}: Trainer {trainer.get('sps', 0):.2f} ({trainer.get('error', 'ok')}), cpuddp "
+              f"{ours.get('sps', 0):.2f} ({ours['precision']}): {ours.get('sps', 0) / trainer.get('sps', 1):.2f}x",
+              flush=True)
+
+
 def report(title: str, results: dict, peaks: dict, flops_per_sample: float) -> None:
     base = results["Trainer at its best"].get("sps")
     shown = ", ".join(f"{p} {g:.0f}" for p, g in peaks.items())
@@ -227,6 +250,8 @@ def main() -> None:
     parser.add_argument("--no-compile", action="store_true", help="leave out the torch_compile rows")
     parser.add_argument("--each-lever", action="store_true", help="add a row per step lever on its own")
     parser.add_argument("--models", default="minilm,bert", help="which of minilm,bert to run")
+    parser.add_argument("--layouts", action="store_true",
+                        help="add the Trainer (fp32) and cpuddp at 1 rank x 2 threads beside 2 x 1")
     args = parser.parse_args()
     prepare_job_environment(str(Path(__file__).resolve().parents[1]))  # .venv's mpirun, repo on PYTHONPATH
     cpu = hardware.cpu_summary()
@@ -250,6 +275,8 @@ def main() -> None:
             peaks = {"fp32": matmul_peak_gflops(*shape, torch.float32),
                      **({"bf16": matmul_peak_gflops(*shape, torch.bfloat16)} if bf16 else {})}
             report(title, results, peaks, useful_flops_per_sample(model, data))
+            if args.layouts:
+                layout_rows(work / title.split()[0], model, data, steps)
 
 
 if __name__ == "__main__":
