@@ -39,8 +39,8 @@ test-fast: venv
 
 # Three workers, whole files each (a file's fixtures, such as its Slurm cluster,
 # start once), longest files first (tests/conftest.py): on 2 cores this lane
-# is mostly waiting, so it takes about half the time of one worker.
-# WORKERS=0 runs it in this process.
+# is mostly waiting, so it takes about 18-19 min against 32 in one process
+# (4 workers: 21 min, the cores saturated). WORKERS=0 runs it in this process.
 WORKERS ?= 3
 test-integration: need-root need-debs venv
 	$(PYTEST) -n $(WORKERS) --dist loadfile --no-loadscope-reorder --junitxml=.lanes/integration.xml tests/integration
