@@ -21,7 +21,7 @@ from workflow.scripts.common import logs
 __all__ = ["cluster"]  # the fixture, imported so that this file starts its own cluster
 
 # x 200 steps: about 2 minutes of training here; Slurm signals within 30 s
-# of the cut (its time-limit check), near step 120 here.
+# of the cut (its time-limit check): at steps 118-350 in the runs seen here.
 LIMIT_EPOCHS = 6
 
 
