@@ -38,9 +38,10 @@ test-fast: venv
 	$(PYTEST) --junitxml=.lanes/unit.xml tests/unit
 
 # Three workers, whole files each (a file's fixtures, such as its Slurm cluster,
-# start once), longest files first (tests/conftest.py): on 2 cores this lane
-# is mostly waiting, so it takes about 18-19 min against 32 in one process
-# (4 workers: 21 min, the cores saturated). WORKERS=0 runs it in this process.
+# start once), longest files first (tests/conftest.py): in one process a
+# good part of this lane is waiting, which other workers' work fills: about
+# 18-19 min against 32 on 2 cores (4 workers: 21 min, the cores saturated).
+# WORKERS=0 runs it in this process.
 WORKERS ?= 3
 test-integration: need-root need-debs venv
 	$(PYTEST) -n $(WORKERS) --dist loadfile --no-loadscope-reorder --junitxml=.lanes/integration.xml tests/integration

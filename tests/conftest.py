@@ -82,8 +82,8 @@ def lane(item) -> str:
 
 # The integration lane runs its files on parallel workers (pytest-xdist,
 # --dist loadfile, mk/tests.mk): the longest files start first, so that no
-# long file starts last and runs alone. Most of their time is waiting (Slurm's
-# status polls, timeouts, process starts), which a neighbour's work fills.
+# long file starts last and runs alone. Much of their time is waiting (Slurm's
+# status polls, timeouts, the other ranks), which a neighbour's work fills.
 LONGEST_FIRST = ("test_slurm.py", "test_self_healing.py", "test_fault_tolerance.py", "test_slurm_time_limit.py",
                  "test_multinode.py", "test_every_task.py")
 
