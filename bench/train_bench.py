@@ -131,12 +131,13 @@ def run_trainer(work: Path, model: str, data: Path, steps: int, bf16: bool, comp
     config = full_config(model, steps, "fp32", layout=layout)
     out = work / f"trainer-{tag}"
     program = [sys.executable, str(Path(__file__).with_name("hf_trainer_run.py")), "--model", model,
-               "--data", str(data), "--out", str(out), "--pad", "batch", "--batch-size", str(GLOBAL_BATCH // layout[0]),
-               "--threads", str(layout[1]), "--steps", str(steps),
+               "--data", str(data), "--out", str(out), "--pad", "batch", "--batch-size",
+               str(config["train"]["batch_size"]), "--threads", str(config["distributed"]["threads_per_process"]),
+               "--steps", str(steps),
                "--group-by-length", *(["--bf16"] if bf16 else []), *(["--compile"] if compile_ else [])]
     # One rank is one plain process, as a user runs it: accelerate under an
     # MPI of one rank finds no process group and stops.
-    argv = [*program, "--one-process"] if layout[0] == 1 else \
+    argv = [*program, "--one-process"] if config["distributed"]["processes_per_node"] == 1 else \
         launch.build(config, environment.environment_record(config), program)
     done = subprocess.run(argv, capture_output=True, text=True)
     if done.returncode:

@@ -55,22 +55,14 @@ def cluster(tmp_path_factory):
     netns.sweep()
     work = tmp_path_factory.mktemp("slurm")
     prefix, hosts, _ = netns.create(4, work)
-    # Slurm's step sockets live in the spool folder and their paths may not
-    # exceed 108 bytes: a short link to the cluster's folder (under pytest's
-    # folder, where a failure's logs stay), however deep pytest-xdist nests it.
-    short = Path(f"/tmp/cpslurm-{os.getpid()}")
-    short.unlink(missing_ok=True)
-    (work / "cluster").mkdir()
-    short.symlink_to(work / "cluster", target_is_directory=True)
     try:
         started = time.time()
-        with slurm.running(hosts, short) as running:
+        with slurm.running(hosts, work / "cluster") as running:
             print(f"\nslurm: cluster up in {time.time() - started:.0f} s: login {hosts[0].name}, "
                   f"nodes {', '.join(running.node_names())}")
             yield running
     finally:
         netns.remove(prefix)
-        short.unlink(missing_ok=True)
         assert not [ns for ns in netns.namespaces() if ns.startswith(prefix)]
 
 

@@ -196,13 +196,22 @@ def start_database(cluster: Cluster) -> None:
 @contextlib.contextmanager
 def running(hosts: list, folder: Path, cpus: int = 2):
     """munged, MariaDB, slurmdbd and slurmctld on hosts[0], a slurmd on each
-    other host; yields once every node is idle, and stops it all whatever happens."""
-    cluster = Cluster(folder, hosts[0], list(hosts[1:]), cpus)
+    other host; yields once every node is idle, and stops it all whatever happens.
+
+    Slurm's step sockets live in the spool folder and their paths may not
+    exceed 108 bytes: the daemons see `folder` through a short link in /tmp
+    (the files, logs included, stay in `folder`), however deep it is."""
+    folder.mkdir(parents=True, exist_ok=True)
+    short = Path(f"/tmp/cpslurm-{os.getpid()}")
+    short.unlink(missing_ok=True)
+    short.symlink_to(folder, target_is_directory=True)
+    cluster = Cluster(short, hosts[0], list(hosts[1:]), cpus)
     try:
         start(cluster)
         yield cluster
     finally:
         stop(cluster)
+        short.unlink(missing_ok=True)
 
 
 def start(cluster: Cluster) -> None:
