@@ -3,7 +3,14 @@ SHELL := /bin/bash
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed
+LOCK_FILES := requirements.lock requirements.txt tests/reference/requirements.txt
+LOCK_HASH := $(shell { cat $(LOCK_FILES); $(PY) -V; } | sha256sum | cut -c1-16)
+STAMP := $(VENV)/.installed-$(LOCK_HASH)
+# VENV_CACHE=<folder> (CI sets it): .venv is a link to <folder>/venv-<hash>,
+# built once per lock and shared by every clone on this machine. Unset, .venv
+# is a folder of the clone, as cluster nodes need it (the same path on every
+# node, docs/clusters.md; a cache under $HOME may not be shared).
+VENV_CACHE ?=
 
 .PHONY: venv demo bench bench-quant clean report compare plan
 
@@ -14,14 +21,15 @@ include mk/docs.mk
 
 venv: $(STAMP)
 
-# torch first, pinned, so nothing can pull the CUDA build in its place.
-$(STAMP): requirements.lock requirements.txt tests/reference/requirements.txt
-	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -r requirements.lock
-	$(BIN)/pip download -q --no-deps --require-hashes -r tests/reference/requirements.txt -d $(VENV)/reference
-	touch $(STAMP)
+$(STAMP):
+ifeq ($(VENV_CACHE),)
+	mk/venv.sh $(VENV) $(PY) $(LOCK_HASH)
+else
+	mkdir -p $(VENV_CACHE)
+	flock $(VENV_CACHE)/.lock mk/venv.sh $(VENV_CACHE)/venv-$(LOCK_HASH) $(PY) $(LOCK_HASH)
+	if [ -d $(VENV) ] && [ ! -L $(VENV) ]; then rm -rf $(VENV); fi
+	ln -sfn $(VENV_CACHE)/venv-$(LOCK_HASH) $(VENV)
+endif
 
 demo: venv
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/snakemake --profile profiles/local --configfile experiments/demo.yaml
