@@ -158,20 +158,22 @@ def bert_base(work: Path, minilm: str) -> str:
     return str(out)
 
 
-def profile_row(model: str, precision: str, attention: str, dropout: str) -> dict:
+def profile_row(model: str, precision: str, attention: str, dropout: str, last_layer: str = "all") -> dict:
     from transformers import AutoModelForSequenceClassification
 
     from workflow.scripts.train import speed
     speed.use_dropout(dropout)
     try:
         loaded = AutoModelForSequenceClassification.from_pretrained(model, num_labels=2, attn_implementation=attention)
+        if last_layer == "first_token":
+            speed.first_token_last_layer(loaded)
         return profile_step(loaded, precision)
     finally:
         speed.use_dropout("torch")
 
 
-LEVERS_OFF = {"dropout": "torch", "attention": "sdpa", "embedding_allreduce": "dense"}
-LEVERS_ON = {"dropout": "fast", "attention": "eager", "embedding_allreduce": "rows"}
+LEVERS_OFF = {"dropout": "torch", "attention": "sdpa", "embedding_allreduce": "dense", "last_layer": "all"}
+LEVERS_ON = {"dropout": "fast", "attention": "eager", "embedding_allreduce": "rows", "last_layer": "first_token"}
 
 
 def rows_for(work: Path, model: str, data: Path, steps: int, bf16: bool, with_compile: bool,
@@ -204,8 +206,9 @@ def rows_for(work: Path, model: str, data: Path, steps: int, bf16: bool, with_co
             setting = {**LEVERS_OFF, lever: on}
             run(f"cpuddp, only {lever} {on}",
                 lambda setting=setting, lever=lever: run_cpuddp(work, model, data, steps, setting, lever),
-                (setting["attention"], setting["dropout"]))
-    run("cpuddp (defaults)", lambda: run_cpuddp(work, model, data, steps, None, "auto"), ("eager", "fast"))
+                (setting["attention"], setting["dropout"], setting["last_layer"]))
+    run("cpuddp (defaults)", lambda: run_cpuddp(work, model, data, steps, None, "auto"),
+        ("eager", "fast", "first_token"))
     return results
 
 

@@ -1,8 +1,11 @@
 """The training-step levers change speed, not what is computed: fast dropout
-keeps p, is seeded like torch's, and its gradient is the mask's."""
+keeps p, is seeded like torch's, and its gradient is the mask's; a last
+layer that computes the first token only gives the same logits and
+gradients."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -50,7 +53,60 @@ def test_use_dropout_routes_nn_dropout_and_back():
 
 def test_auto_picks_by_the_stated_rule_and_settings_win():
     auto = levers.choose()
-    assert auto["speed"] == {"dropout": "fast", "attention": "eager", "embedding_allreduce": "dense"}
+    assert auto["speed"] == {"dropout": "fast", "attention": "eager", "embedding_allreduce": "dense",
+                             "last_layer": "first_token"}
     assert "auto" in auto["speed_reason"]["dropout"]
-    assert levers.choose("torch", "sdpa", "dense")["speed"] == {"dropout": "torch", "attention": "sdpa",
-                                                                 "embedding_allreduce": "dense"}
+    assert levers.choose("torch", "sdpa", "dense", "all")["speed"] == {
+        "dropout": "torch", "attention": "sdpa", "embedding_allreduce": "dense", "last_layer": "all"}
+
+
+def _tiny(kind: str, attention: str):
+    import transformers
+
+    config = getattr(transformers, f"{kind}Config")(
+        vocab_size=100, hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=64,
+        max_position_embeddings=40, pad_token_id=0, num_labels=3, attn_implementation=attention)
+    torch.manual_seed(0)
+    return getattr(transformers, f"{kind}ForSequenceClassification")(config)
+
+
+def _logits_and_grads(model, batch):
+    model.zero_grad()
+    out = model(**batch)
+    out.loss.backward()
+    return out.logits.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("kind", ["Bert", "Roberta", "Electra"])
+@pytest.mark.parametrize("attention", ["eager", "sdpa"])
+def test_first_token_last_layer_gives_the_same_logits_and_gradients(kind, attention):
+    """With dropout off the head sees the same numbers, padded rows included,
+    and every weight (the last layer's query and feed-forward too) gets the
+    same gradient."""
+    batch = {"input_ids": torch.randint(3, 100, (4, 12)), "attention_mask": torch.ones(4, 12, dtype=torch.long),
+             "labels": torch.tensor([0, 1, 2, 1])}
+    batch["attention_mask"][1, 7:] = 0  # padding, so the mask matters
+    batch["attention_mask"][3, 2:] = 0
+    model = _tiny(kind, attention).eval()  # eval: no dropout, so both paths compute the same
+    want_logits, want_grads = _logits_and_grads(model, batch)
+    assert speed.first_token_last_layer(model) is None
+    logits, grads = _logits_and_grads(model, batch)
+    torch.testing.assert_close(logits, want_logits, rtol=1e-5, atol=1e-6)
+    assert grads.keys() == want_grads.keys()
+    last = f"encoder.layer.{model.config.num_hidden_layers - 1}."
+    assert any(last + "intermediate" in n for n in grads)
+    for name, grad in want_grads.items():
+        torch.testing.assert_close(grads[name], grad, rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_first_token_last_layer_trains_with_dropout_and_leaves_other_heads():
+    model = _tiny("Bert", "eager").train()
+    speed.first_token_last_layer(model)
+    out = model(input_ids=torch.randint(3, 100, (2, 10)), labels=torch.tensor([0, 2]))
+    out.loss.backward()
+    assert out.logits.shape == (2, 3) and torch.isfinite(out.loss)
+    import transformers
+
+    qa = transformers.BertForQuestionAnswering(transformers.BertConfig(
+        vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64))
+    assert "not a first-token classification head" in speed.first_token_last_layer(qa)

@@ -74,6 +74,7 @@ class SpeedSettings(_View):
     dropout: str = "auto"
     attention: str = "auto"
     embedding_allreduce: str = "auto"
+    last_layer: str = "auto"
 
 
 @dataclass(frozen=True)

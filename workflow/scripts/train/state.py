@@ -150,6 +150,9 @@ def build(cfg: TrainView, decisions: RunDecisions, data_dir: str, env: DistEnv, 
     levers = decisions.speed or {}
     speed.use_dropout(levers.get("dropout", "torch"))
     model = load_model(cfg.model, task, cfg.trust_remote_code, tokenizer, levers.get("attention"))
+    if levers.get("last_layer") == "first_token" and not task.is_qa:
+        why_not = speed.first_token_last_layer(model)
+        log.info("last layer: first token only" if why_not is None else f"last layer: every token ({why_not})")
     torch.manual_seed(train_cfg.seed + env.rank)  # different dropout per rank
     split = split.select_columns(accepted_columns(model, split.column_names))
     loader, sampler = make_loader(split, train_cfg, env, tokenizer.pad_token_id, decisions.world_size,
