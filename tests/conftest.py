@@ -102,8 +102,19 @@ def pytest_collection_modifyitems(items):
 
 # ------------------------------------------------ the unit lane stays a unit lane
 
+@pytest.fixture(scope="session", autouse=True)
+def matplotlib_font_cache():
+    """matplotlib builds its font cache (~/.cache/matplotlib) on its first
+    import on a machine, running fc-list once: a library's setup, not the
+    test's process, so it happens before the unit lane refuses processes."""
+    try:
+        import matplotlib.font_manager  # noqa: F401
+    except ImportError:
+        pass
+
+
 @pytest.fixture(autouse=True)
-def unit_tests_start_no_process(request, monkeypatch):
+def unit_tests_start_no_process(request, monkeypatch, matplotlib_font_cache):
     """tests/unit: no processes (and so no ranks, MPI, namespaces or
     workflow runs); a test that needs one belongs in tests/integration."""
     if lane(request.node) == "unit":
