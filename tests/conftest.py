@@ -107,10 +107,7 @@ def matplotlib_font_cache():
     """matplotlib builds its font cache (~/.cache/matplotlib) on its first
     import on a machine, running fc-list once: a library's setup, not the
     test's process, so it happens before the unit lane refuses processes."""
-    try:
-        import matplotlib.font_manager  # noqa: F401
-    except ImportError:
-        pass
+    import matplotlib.font_manager  # noqa: F401
 
 
 @pytest.fixture(autouse=True)
