@@ -40,7 +40,7 @@ test-fast: venv
 # Three workers, whole files each (a file's fixtures, such as its Slurm cluster,
 # start once), longest files first (tests/conftest.py): in one process a
 # good part of this lane is waiting, which other workers' work fills: about
-# 18-19 min against 32 on 2 cores (4 workers: 21 min, the cores saturated).
+# 16-19 min against 32 on 2 cores (4 workers: 21 min, the cores saturated).
 # WORKERS=0 runs it in this process.
 WORKERS ?= 3
 test-integration: need-root need-debs venv
