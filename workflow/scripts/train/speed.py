@@ -8,6 +8,8 @@ the speed of a step, not what it computes:
   generator element by element and is several times slower on CPUs. The
   probability is p to within 2^-31 (bernoulli_'s float draw: 2^-24); a
   seed gives the same masks every run and a resumed run continues them.
+  The mask is kept as 0/1 in the input's dtype and applied with one
+  addcmul forward and one backward (bool-mask kernels are slow on CPU).
 - attention `eager`: with attention dropout in training, PyTorch's CPU
   scaled_dot_product_attention falls back to its unfused math path, which
   is slower than transformers' eager attention; without dropout, sdpa.
@@ -36,10 +38,28 @@ def fast_dropout(input, p: float = 0.5, training: bool = True, inplace: bool = F
         return input
     if p == 1.0:
         return input * 0.0
-    drop = torch.empty(input.shape, dtype=torch.int32).random_() < int(p * KEEP_SCALE_BITS)
-    # where(), not input * mask: a bool mask in a product is first cast to
-    # the input's dtype, one more pass over the tensor forward and backward.
-    return torch.where(drop, 0.0, input * (1.0 / (1.0 - p)))
+    draws = torch.empty(input.shape, dtype=torch.int32).random_()
+    # The mask as 0/1 in the input's dtype, written in one pass: CPU kernels
+    # on bool masks (where, masked_fill, casts) are several times slower
+    # than arithmetic on the input's dtype.
+    keep = torch.ge(draws, int(p * KEEP_SCALE_BITS), out=torch.empty(input.shape, dtype=input.dtype))
+    return _KeepScale.apply(input, keep, 1.0 / (1.0 - p))
+
+
+class _KeepScale(torch.autograd.Function):
+    """input x keep x scale in one pass (addcmul, at the dtype's compute
+    precision), forward and backward: bit for bit where(drop, 0, x * scale)."""
+
+    @staticmethod
+    def forward(ctx, input, keep, scale: float):
+        ctx.scale = scale
+        ctx.save_for_backward(keep)
+        return torch.addcmul(input.new_zeros(()), input, keep, value=scale)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (keep,) = ctx.saved_tensors
+        return torch.addcmul(grad.new_zeros(()), grad, keep, value=ctx.scale), None, None
 
 
 def use_dropout(kind: str) -> None:
