@@ -172,10 +172,8 @@ def profile_row(model: str, precision: str, attention: str, dropout: str, last_l
         speed.use_dropout("torch")
 
 
-LEVERS_OFF = {"dropout": "torch", "attention": "sdpa", "embedding_allreduce": "dense", "last_layer": "all",
-              "allocator": "system"}
-LEVERS_ON = {"dropout": "fast", "attention": "eager", "embedding_allreduce": "rows", "last_layer": "first_token",
-             "allocator": "keep_freed"}
+LEVERS_OFF = {"dropout": "torch", "attention": "sdpa", "embedding_allreduce": "dense", "last_layer": "all"}
+LEVERS_ON = {"dropout": "fast", "attention": "eager", "embedding_allreduce": "rows", "last_layer": "first_token"}
 
 
 def rows_for(work: Path, model: str, data: Path, steps: int, bf16: bool, with_compile: bool,

@@ -70,11 +70,10 @@ def test_use_dropout_routes_nn_dropout_and_back():
 def test_auto_picks_by_the_stated_rule_and_settings_win():
     auto = levers.choose()
     assert auto["speed"] == {"dropout": "fast", "attention": "eager", "embedding_allreduce": "dense",
-                             "last_layer": "first_token", "allocator": "keep_freed"}
+                             "last_layer": "first_token"}
     assert "auto" in auto["speed_reason"]["dropout"]
-    assert levers.choose("torch", "sdpa", "dense", "all", "system")["speed"] == {
-        "dropout": "torch", "attention": "sdpa", "embedding_allreduce": "dense", "last_layer": "all",
-        "allocator": "system"}
+    assert levers.choose("torch", "sdpa", "dense", "all")["speed"] == {
+        "dropout": "torch", "attention": "sdpa", "embedding_allreduce": "dense", "last_layer": "all"}
 
 
 def _tiny(kind: str, attention: str):
@@ -127,15 +126,3 @@ def test_first_token_last_layer_trains_with_dropout_and_leaves_other_heads():
     qa = transformers.BertForQuestionAnswering(transformers.BertConfig(
         vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64))
     assert "not a first-token classification head" in speed.first_token_last_layer(qa)
-
-
-def test_keep_freed_memory_reuses_a_large_freed_block():
-    """After keep_freed_memory, a freed 64 MB tensor's memory serves the next
-    one without page faults (glibc's default unmaps it and faults it in)."""
-    import resource
-
-    assert speed.keep_freed_memory() is None
-    torch.ones(16_000_000)  # 64 MB, freed at once: now in malloc's heap
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-    torch.ones(16_000_000)
-    assert resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before < 1000  # 64 MB fresh: ~16,000

@@ -10,8 +10,6 @@ RULES = {
     "attention": ("eager", "auto: with attention dropout the CPU sdpa kernel falls back to math; eager is faster"),
     "last_layer": ("first_token", "auto: a first-token classification head reads only the last layer's first "
                                   "token (BERT-style encoders); all for other heads and QA"),
-    "allocator": ("keep_freed", "auto: glibc hands large freed blocks back to the OS and faults them in again "
-                                "every step; kept, a bf16 step was 9% shorter (fp32 equal, same peak RSS)"),
     # rows is exact and sends far less over slow links, but the scaling plan
     # (workflow/scripts/plan) models the dense all-reduce: until it models
     # rows, auto keeps the plan true.
@@ -21,10 +19,10 @@ RULES = {
 
 
 def choose(dropout: str = "auto", attention: str = "auto", embedding_allreduce: str = "auto",
-           last_layer: str = "auto", allocator: str = "auto") -> dict:
+           last_layer: str = "auto") -> dict:
     """The levers and why (rules, not measurements: docs/performance.md has the figures)."""
     settings = {"dropout": dropout, "attention": attention, "embedding_allreduce": embedding_allreduce,
-                "last_layer": last_layer, "allocator": allocator}
+                "last_layer": last_layer}
     picked = {k: RULES[k][0] if v == "auto" else v for k, v in settings.items()}
     reasons = {k: RULES[k][1] if v == "auto" else "set in train.speed" for k, v in settings.items()}
     return {"speed": picked, "speed_reason": reasons}

@@ -75,7 +75,6 @@ class SpeedSettings(_View):
     attention: str = "auto"
     embedding_allreduce: str = "auto"
     last_layer: str = "auto"
-    allocator: str = "auto"
 
 
 @dataclass(frozen=True)

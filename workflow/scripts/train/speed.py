@@ -20,13 +20,10 @@ the speed of a step, not what it computes:
   every weight gets the same gradient; the step does about 1/layers less
   work. Fewer dropout masks are drawn, so a seed gives other (equally
   likely) masks than with `all`.
-- allocator `keep_freed`: glibc's malloc keeps freed memory for reuse
-  instead of unmapping large blocks and faulting them in again next step.
 """
 
 from __future__ import annotations
 
-import ctypes
 import types
 
 import torch
@@ -71,23 +68,6 @@ def use_dropout(kind: str) -> None:
 
 
 _TORCH_DROPOUT = F.dropout
-
-# glibc mallopt parameters (malloc.h)
-_M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4
-
-
-def keep_freed_memory() -> str | None:
-    """Make this process's glibc malloc keep freed memory for reuse: large
-    blocks (the word embedding's gradient, activations) otherwise come from
-    mmap and go back to the OS when freed, so every step faults them in
-    again. None when done, else why not."""
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-    except OSError:
-        return "no glibc (libc.so.6) in this process"
-    if not (libc.mallopt(_M_MMAP_MAX, 0) and libc.mallopt(_M_TRIM_THRESHOLD, 2 ** 30)):
-        return "glibc refused mallopt"
-    return None
 
 
 # Heads that read only the first token of the last hidden state, on

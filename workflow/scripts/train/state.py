@@ -148,9 +148,6 @@ def build(cfg: TrainView, decisions: RunDecisions, data_dir: str, env: DistEnv, 
     torch.manual_seed(train_cfg.seed)  # identical init; DDP broadcasts rank 0's anyway
     tokenizer = load_tokenizer(cfg.model, cfg.trust_remote_code)
     levers = decisions.speed or {}
-    if levers.get("allocator") == "keep_freed":
-        why_not = speed.keep_freed_memory()
-        log.info("allocator: freed memory kept for reuse" if why_not is None else f"allocator: system ({why_not})")
     speed.use_dropout(levers.get("dropout", "torch"))
     model = load_model(cfg.model, task, cfg.trust_remote_code, tokenizer, levers.get("attention"))
     if levers.get("last_layer") == "first_token" and not task.is_qa:
