@@ -102,7 +102,7 @@ def pytest_collection_modifyitems(items):
 
 # ------------------------------------------------ the unit lane stays a unit lane
 
-@pytest.fixture(scope="session", autouse=True)
+@pytest.fixture(scope="session")
 def matplotlib_font_cache():
     """matplotlib builds its font cache (~/.cache/matplotlib) on its first
     import on a machine, running fc-list once: a library's setup, not the
