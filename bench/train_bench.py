@@ -158,7 +158,8 @@ def bert_base(work: Path, minilm: str) -> str:
     return str(out)
 
 
-def profile_row(model: str, precision: str, attention: str, dropout: str, last_layer: str = "all") -> dict:
+def profile_row(model: str, precision: str, attention: str, dropout: str, last_layer: str = "all",
+                embedding_grad: str = "torch") -> dict:
     from transformers import AutoModelForSequenceClassification
 
     from workflow.scripts.train import speed
@@ -167,13 +168,17 @@ def profile_row(model: str, precision: str, attention: str, dropout: str, last_l
         loaded = AutoModelForSequenceClassification.from_pretrained(model, num_labels=2, attn_implementation=attention)
         if last_layer == "first_token":
             speed.first_token_last_layer(loaded)
+        if embedding_grad == "reuse":
+            speed.reuse_embedding_grad(loaded)
         return profile_step(loaded, precision)
     finally:
         speed.use_dropout("torch")
 
 
-LEVERS_OFF = {"dropout": "torch", "attention": "sdpa", "embedding_allreduce": "dense", "last_layer": "all"}
-LEVERS_ON = {"dropout": "fast", "attention": "eager", "embedding_allreduce": "rows", "last_layer": "first_token"}
+LEVERS_OFF = {"dropout": "torch", "attention": "sdpa", "embedding_allreduce": "dense", "last_layer": "all",
+              "embedding_grad": "torch"}
+LEVERS_ON = {"dropout": "fast", "attention": "eager", "embedding_allreduce": "rows", "last_layer": "first_token",
+             "embedding_grad": "reuse"}
 
 
 def rows_for(work: Path, model: str, data: Path, steps: int, bf16: bool, with_compile: bool,
@@ -206,9 +211,9 @@ def rows_for(work: Path, model: str, data: Path, steps: int, bf16: bool, with_co
             setting = {**LEVERS_OFF, lever: on}
             run(f"cpuddp, only {lever} {on}",
                 lambda setting=setting, lever=lever: run_cpuddp(work, model, data, steps, setting, lever),
-                (setting["attention"], setting["dropout"], setting["last_layer"]))
+                (setting["attention"], setting["dropout"], setting["last_layer"], setting["embedding_grad"]))
     run("cpuddp (defaults)", lambda: run_cpuddp(work, model, data, steps, None, "auto"),
-        ("eager", "fast", "first_token"))
+        ("eager", "fast", "first_token", "reuse"))
     return results
 
 

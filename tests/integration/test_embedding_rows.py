@@ -1,7 +1,9 @@
 """The row-sparse all-reduce of the word embedding (train.speed.
 embedding_allreduce: rows) gives the dense all-reduce's gradients bit for
 bit, on two real gloo ranks with different batches, with and without
-gradient accumulation, and sends only the rows some rank touched."""
+gradient accumulation, and sends only the rows some rank touched; so does
+a word-embedding gradient table reused across updates (train.speed.
+embedding_grad: reuse), alone and with the rows."""
 
 from __future__ import annotations
 
@@ -11,47 +13,59 @@ import torch.multiprocessing as mp
 from torch.nn.parallel import DistributedDataParallel as DDP
 from transformers import BertConfig, BertForSequenceClassification
 
-from workflow.scripts.train import comm
+from workflow.scripts.train import comm, speed
 
 CONFIG = BertConfig(vocab_size=1000, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                     intermediate_size=64, max_position_embeddings=64, hidden_dropout_prob=0.0,
                     attention_probs_dropout_prob=0.0)
 
 
-def gradients(rank: int, rows: bool, micro_batches: int) -> tuple[dict[str, torch.Tensor], list[int]]:
+UPDATES = 2  # the second update is the one a reused gradient table could spoil
+
+
+def gradients(rank: int, rows: bool, micro_batches: int, reuse: bool = False) -> tuple[list[dict], list[int]]:
     torch.manual_seed(0)  # the same weights on both ranks
     model = BertForSequenceClassification(CONFIG)
+    if reuse:
+        assert speed.reuse_embedding_grad(model) is None
     timer = comm.CommTimer("none", rows_of=model.get_input_embeddings().weight if rows else None)
     ddp = DDP(model, gradient_as_bucket_view=True, bucket_cap_mb=1)
     ddp.register_comm_hook(timer, comm.CommTimer.hook)
     generator = torch.Generator().manual_seed(100 + rank)  # each rank its own tokens
-    for micro in range(micro_batches):
-        ids = torch.randint(1, 1000, (4, 12), generator=generator)
-        labels = torch.randint(0, 2, (4,), generator=generator)
-        context = ddp.no_sync() if micro < micro_batches - 1 else torch.enable_grad()
-        with context:
-            ddp(input_ids=ids, labels=labels).loss.backward()
-    return {name: p.grad.clone() for name, p in model.named_parameters()}, timer.rows_sent
+    updates = []
+    for _ in range(UPDATES):
+        for micro in range(micro_batches):
+            ids = torch.randint(1, 1000, (4, 12), generator=generator)
+            labels = torch.randint(0, 2, (4,), generator=generator)
+            context = ddp.no_sync() if micro < micro_batches - 1 else torch.enable_grad()
+            with context:
+                ddp(input_ids=ids, labels=labels).loss.backward()
+        updates.append({name: p.grad.clone() for name, p in model.named_parameters()})
+        model.zero_grad(set_to_none=True)  # as the training loop does after each update
+    return updates, timer.rows_sent
 
 
 def worker(rank: int, init: str, results: dict) -> None:
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=2)
     try:
         for micro_batches in (1, 3):
-            (dense, _), (rows, sent) = gradients(rank, False, micro_batches), gradients(rank, True, micro_batches)
-            table = dense["bert.embeddings.word_embeddings.weight"]
-            touched = int(table.ne(0).any(dim=1).sum())  # after the all-reduce: the union over ranks
-            equal = all(torch.equal(dense[name], rows[name]) for name in dense)
-            results[(rank, micro_batches)] = (equal, touched, table.shape[0], sent)
+            dense, _ = gradients(rank, False, micro_batches)
+            tables = [update["bert.embeddings.word_embeddings.weight"] for update in dense]
+            touched = [int(t.ne(0).any(dim=1).sum()) for t in tables]  # after the all-reduce: the union over ranks
+            for rows, reuse in ((True, False), (False, True), (True, True)):
+                other, sent = gradients(rank, rows, micro_batches, reuse)
+                equal = all(torch.equal(d[name], o[name]) for d, o in zip(dense, other) for name in d)
+                results[(rank, micro_batches, rows, reuse)] = (equal, touched, tables[0].shape[0], sent)
     finally:
         dist.destroy_process_group()
 
 
-def test_rows_give_the_dense_gradients_bit_for_bit(tmp_path):
+def test_rows_and_a_reused_table_give_the_dense_gradients_bit_for_bit(tmp_path):
     results = mp.Manager().dict()
     mp.spawn(worker, args=(f"file://{tmp_path / 'store'}", results), nprocs=2, join=True)
-    for (rank, micro_batches), (equal, touched, rows, sent) in sorted(results.items()):
-        assert equal, f"rank {rank}, {micro_batches} micro-batches: the row all-reduce differs from the dense one"
-        assert 0 < touched < rows // 4, (touched, rows)  # a sparse table: the case the lever is for
-        assert sent == [1, touched, rows], sent  # one row all-reduce per update, of exactly the touched rows
-    assert len(results) == 4
+    for (rank, micro_batches, rows, reuse), (equal, touched, table, sent) in sorted(results.items()):
+        assert equal, f"rank {rank}, {micro_batches} micro-batches, rows {rows}, reuse {reuse}: gradients differ"
+        assert all(0 < t < table // 4 for t in touched), (touched, table)  # a sparse table: the case for both
+        if rows:  # one row all-reduce per update, of exactly the touched rows
+            assert sent == [UPDATES, sum(touched), UPDATES * table], sent
+    assert len(results) == 12

@@ -1,9 +1,12 @@
 """The training-step levers change speed, not what is computed: fast dropout
 keeps p, is seeded like torch's, and its gradient is the mask's; a last
 layer that computes the first token only gives the same logits and
-gradients."""
+gradients; a reused embedding-gradient table and clipping that skips
+a multiply by one give torch's gradients bit for bit."""
 
 from __future__ import annotations
+
+import types
 
 import pytest
 import torch
@@ -70,10 +73,11 @@ def test_use_dropout_routes_nn_dropout_and_back():
 def test_auto_picks_by_the_stated_rule_and_settings_win():
     auto = levers.choose()
     assert auto["speed"] == {"dropout": "fast", "attention": "eager", "embedding_allreduce": "dense",
-                             "last_layer": "first_token"}
+                             "last_layer": "first_token", "embedding_grad": "reuse"}
     assert "auto" in auto["speed_reason"]["dropout"]
-    assert levers.choose("torch", "sdpa", "dense", "all")["speed"] == {
-        "dropout": "torch", "attention": "sdpa", "embedding_allreduce": "dense", "last_layer": "all"}
+    assert levers.choose("torch", "sdpa", "dense", "all", "torch")["speed"] == {
+        "dropout": "torch", "attention": "sdpa", "embedding_allreduce": "dense", "last_layer": "all",
+        "embedding_grad": "torch"}
 
 
 def _tiny(kind: str, attention: str):
@@ -126,3 +130,49 @@ def test_first_token_last_layer_trains_with_dropout_and_leaves_other_heads():
     qa = transformers.BertForQuestionAnswering(transformers.BertConfig(
         vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64))
     assert "not a first-token classification head" in speed.first_token_last_layer(qa)
+
+
+@pytest.mark.parametrize("padding_idx", [None, 0])
+def test_reused_embedding_grad_is_torchs_bit_for_bit_across_steps_and_accumulation(padding_idx):
+    torch.manual_seed(0)
+    reused = torch.nn.Embedding(500, 48, padding_idx=padding_idx)
+    stock = torch.nn.Embedding(500, 48, padding_idx=padding_idx)
+    stock.load_state_dict(reused.state_dict())
+    holder = types.SimpleNamespace(get_input_embeddings=lambda: reused, named_parameters=reused.named_parameters)
+    assert speed.reuse_embedding_grad(holder) is None
+    tables = set()
+    for step in range(5):
+        for micro in range(1 + step % 2):  # every other step accumulates two micro-batches
+            ids = torch.randint(0, 40 if micro == 0 else 500, (8, 30))  # repeated rows, then others
+            ids[:, 25:] = 0  # padding
+            grad = torch.randn(8, 30, 48)
+            (stock(ids) * grad).sum().backward()
+            (reused(ids) * grad).sum().backward()
+        assert torch.equal(stock.weight.grad, reused.weight.grad), step
+        tables.add(reused.weight.grad.data_ptr())
+        stock.weight.grad = reused.weight.grad = None  # the optimizer's zero_grad(set_to_none=True)
+    assert len(tables) == 1  # every step wrote into the same table: no new pages to fault in
+
+
+def test_reused_embedding_grad_refuses_a_tied_table_and_leaves_it():
+    import transformers
+
+    config = transformers.BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+                                     intermediate_size=64, tie_word_embeddings=True)
+    lm = transformers.BertForMaskedLM(config)
+    forward = lm.get_input_embeddings().forward
+    assert "tied to" in speed.reuse_embedding_grad(lm)
+    assert lm.get_input_embeddings().forward == forward
+
+
+def test_clipping_is_torchs_and_skips_only_a_multiply_by_one():
+    torch.manual_seed(0)
+    for scale, clipped in ((1e-3, False), (10.0, True)):
+        grads = [torch.randn(30, 7) * scale for _ in range(3)]
+        ours, theirs = ([torch.nn.Parameter(torch.zeros(30, 7)) for _ in grads] for _ in range(2))
+        for a, b, g in zip(ours, theirs, grads):
+            a.grad, b.grad = g.clone(), g.clone()
+        assert torch.equal(speed.clip_gradients(ours, 1.0), torch.nn.utils.clip_grad_norm_(theirs, 1.0))
+        assert all(torch.equal(a.grad, b.grad) for a, b in zip(ours, theirs))
+        assert all(a.grad._version == 0 for a in ours) != clipped  # not written at all when within the norm
+        assert any(not torch.equal(a.grad, g) for a, g in zip(ours, grads)) == clipped

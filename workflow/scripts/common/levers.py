@@ -10,6 +10,8 @@ RULES = {
     "attention": ("eager", "auto: with attention dropout the CPU sdpa kernel falls back to math; eager is faster"),
     "last_layer": ("first_token", "auto: a first-token classification head reads only the last layer's first "
                                   "token (BERT-style encoders); all for other heads and QA"),
+    "embedding_grad": ("reuse", "auto: a table kept across steps, zeroing the rows last touched, instead of a "
+                                "new one faulting in fresh pages every step (the same gradient, on every CPU)"),
     # rows is exact and sends far less over slow links, but the scaling plan
     # (workflow/scripts/plan) models the dense all-reduce: until it models
     # rows, auto keeps the plan true.
@@ -19,10 +21,10 @@ RULES = {
 
 
 def choose(dropout: str = "auto", attention: str = "auto", embedding_allreduce: str = "auto",
-           last_layer: str = "auto") -> dict:
+           last_layer: str = "auto", embedding_grad: str = "auto") -> dict:
     """The levers and why (rules, not measurements: docs/performance.md has the figures)."""
     settings = {"dropout": dropout, "attention": attention, "embedding_allreduce": embedding_allreduce,
-                "last_layer": last_layer}
+                "last_layer": last_layer, "embedding_grad": embedding_grad}
     picked = {k: RULES[k][0] if v == "auto" else v for k, v in settings.items()}
     reasons = {k: RULES[k][1] if v == "auto" else "set in train.speed" for k, v in settings.items()}
     return {"speed": picked, "speed_reason": reasons}

@@ -75,6 +75,7 @@ class SpeedSettings(_View):
     attention: str = "auto"
     embedding_allreduce: str = "auto"
     last_layer: str = "auto"
+    embedding_grad: str = "auto"
 
 
 @dataclass(frozen=True)

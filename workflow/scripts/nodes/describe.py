@@ -140,7 +140,7 @@ def describe(config, launcher: bool = True) -> dict:
         "ipex": ipex,
         "ipex_reason": ipex_why,
         **speed_levers.choose(train.speed.dropout, train.speed.attention, train.speed.embedding_allreduce,
-                              train.speed.last_layer),
+                              train.speed.last_layer, train.speed.embedding_grad),
         "nodes": dist.nodes,
         "processes_per_node": dist.processes_per_node,
         "world_size": dist.nodes * dist.processes_per_node,

@@ -15,7 +15,7 @@ import torch.distributed as dist
 from workflow.scripts.common.errors import Preempted, UserError
 from workflow.scripts.common.views import TrainView
 from workflow.scripts.launch.ranks import DistEnv
-from workflow.scripts.train import checkpoint
+from workflow.scripts.train import checkpoint, speed
 from workflow.scripts.train.batching import updates
 from workflow.scripts.train.preempt import StopRequests
 from workflow.scripts.train.state import Progress, TrainingState
@@ -35,7 +35,7 @@ def train_step(t: TrainingState, micro_batches: list) -> torch.Tensor:
         t.comm.backward(loss)
         total += loss.detach().float()
     if t.max_grad_norm > 0:  # after the last micro-batch's all-reduce: every rank clips the same mean gradient
-        torch.nn.utils.clip_grad_norm_(t.model.parameters(), t.max_grad_norm)
+        speed.clip_gradients(t.model.parameters(), t.max_grad_norm)
     t.optimizer.step()
     t.scheduler.step()
     t.optimizer.zero_grad(set_to_none=True)

@@ -20,6 +20,15 @@ the speed of a step, not what it computes:
   every weight gets the same gradient; the step does about 1/layers less
   work. Fewer dropout masks are drawn, so a seed gives other (equally
   likely) masks than with `all`.
+- embedding_grad `reuse`: the word embedding's gradient is written into a
+  buffer kept from step to step, zeroing only the rows the last step
+  touched, instead of a new zeroed table every step: a table over 32 MB
+  comes from fresh pages of the OS each time (glibc's malloc maps and
+  unmaps it), and faulting them in cost more than the rest of the
+  embedding's backward. The gradient is torch's, bit for bit.
+
+And one that needs no setting: gradient clipping skips its multiply when
+the total norm is within `max_grad_norm` (the factor is then exactly 1).
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ import types
 
 import torch
 import torch.nn.functional as F
+from torch.nn.utils import clip_grads_with_norm_, get_total_norm
 
 KEEP_SCALE_BITS = 2 ** 31  # random_() on int32 draws uniformly from [0, 2^31)
 
@@ -122,3 +132,75 @@ def _first_token_forward(layer, hidden_states, attention_mask=None, *args, **kwa
                            dropout=attention.dropout.p if attention.training else 0.0)
     attended = layer.attention.output(context.reshape(batch, 1, -1), first)
     return layer.feed_forward_chunk(attended)
+
+
+def reuse_embedding_grad(model) -> str | None:
+    """Give the word embedding a gradient buffer reused across steps; None
+    when done, else why it cannot (the model is left as it was)."""
+    embedding = model.get_input_embeddings()
+    if type(embedding) is not torch.nn.Embedding:
+        return f"the input embedding is a {type(embedding).__name__}, not a torch.nn.Embedding"
+    if embedding.max_norm is not None or embedding.scale_grad_by_freq or embedding.sparse:
+        return "the input embedding renormalises, scales by frequency or has sparse gradients"
+    tied = [name for name, p in model.named_parameters(remove_duplicate=False) if p is embedding.weight]
+    if len(tied) > 1:  # another module adds its own gradient to the same table
+        return f"the input embedding is tied to {', '.join(tied[1:])}"
+    pool = GradPool()
+    embedding.forward = types.MethodType(
+        lambda self, ids: _ReusedGradEmbedding.apply(ids, self.weight, self.padding_idx, pool), embedding)
+    return None
+
+
+class GradPool:
+    """The reused gradient table and the rows written into it since it was
+    last handed out (only those can be non-zero)."""
+
+    def __init__(self):
+        self.table: torch.Tensor | None = None
+        self.rows: list[torch.Tensor] = []
+
+    def gradient(self, weight: torch.Tensor, ids: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
+        """embedding_dense_backward's result: each row the sum, in token
+        order, of its tokens' gradients (padding skipped by the caller)."""
+        shape = (weight.shape[0], grad.shape[-1])
+        if weight.grad is not None:  # accumulating into what the step holds: a new table, as torch does
+            if self.table is not None and weight.grad.data_ptr() == self.table.data_ptr():
+                self.rows.append(ids)  # autograd adds it into our table
+            return grad.new_zeros(shape).index_add_(0, ids, grad)
+        if self.table is None or self.table.shape != shape or self.table.dtype != grad.dtype:
+            self.table, self.rows = grad.new_zeros(shape), []
+        elif self.rows:
+            self.table.index_fill_(0, torch.cat(self.rows), 0)
+        self.rows = [ids]
+        # A new view: autograd takes a gradient with no other reference as
+        # the parameter's .grad instead of copying it.
+        return self.table.index_add_(0, ids, grad).view(shape)
+
+
+class _ReusedGradEmbedding(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, ids, weight, padding_idx, pool: GradPool):
+        ctx.save_for_backward(ids, weight)
+        ctx.padding_idx, ctx.pool = padding_idx, pool
+        return F.embedding(ids, weight, padding_idx)
+
+    @staticmethod
+    def backward(ctx, grad):
+        if not ctx.needs_input_grad[1]:
+            return None, None, None, None
+        ids, weight = ctx.saved_tensors
+        ids, grad = ids.reshape(-1), grad.reshape(-1, grad.shape[-1])
+        if ctx.padding_idx is not None:
+            keep = ids != ctx.padding_idx
+            ids, grad = ids[keep], grad[keep]
+        return None, ctx.pool.gradient(weight, ids, grad), None, None
+
+
+def clip_gradients(parameters, max_norm: float) -> torch.Tensor:
+    """torch.nn.utils.clip_grad_norm_, without its multiply of every
+    gradient when the factor is clamped to 1 (the same result: x * 1.0 is x)."""
+    parameters = list(parameters)
+    total = get_total_norm([p.grad for p in parameters if p.grad is not None])
+    if max_norm / (total + 1e-6) < 1.0:  # the factor torch computes, before it clamps it to 1
+        clip_grads_with_norm_(parameters, max_norm, total)
+    return total

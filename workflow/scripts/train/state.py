@@ -153,6 +153,10 @@ def build(cfg: TrainView, decisions: RunDecisions, data_dir: str, env: DistEnv, 
     if levers.get("last_layer") == "first_token" and not task.is_qa:
         why_not = speed.first_token_last_layer(model)
         log.info("last layer: first token only" if why_not is None else f"last layer: every token ({why_not})")
+    if levers.get("embedding_grad") == "reuse" and not decisions.ipex:
+        why_not = speed.reuse_embedding_grad(model)
+        log.info("embedding gradient: one table reused" if why_not is None
+                 else f"embedding gradient: a new table every step ({why_not})")
     torch.manual_seed(train_cfg.seed + env.rank)  # different dropout per rank
     split = split.select_columns(accepted_columns(model, split.column_names))
     loader, sampler = make_loader(split, train_cfg, env, tokenizer.pad_token_id, decisions.world_size,
