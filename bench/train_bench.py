@@ -217,13 +217,13 @@ def rows_for(work: Path, model: str, data: Path, steps: int, bf16: bool, with_co
     return results
 
 
-def layout_rows(work: Path, model: str, data: Path, steps: int) -> None:
-    """Ranks x threads: the Trainer (fp32, as the rows above) and cpuddp
-    (defaults) on each split of the 2 cores, global batch 32 in all."""
-    print("layouts (fp32 Trainer; cpuddp defaults), samples/s:", flush=True)
+def layout_rows(work: Path, model: str, data: Path, steps: int, bf16: bool) -> None:
+    """Ranks x threads: the Trainer (at the precision of its best row above)
+    and cpuddp (defaults) on each split of the 2 cores, global batch 32 in all."""
+    print(f"layouts ({'bf16' if bf16 else 'fp32'} Trainer; cpuddp defaults), samples/s:", flush=True)
     for layout in ((2, 1), (1, 2)):
         tag = f"{layout[0]}x{layout[1]}"
-        trainer = run_trainer(work, model, data, steps, False, False, f"layout-{tag}", layout)
+        trainer = run_trainer(work, model, data, steps, bf16, False, f"layout-{tag}", layout)
         ours = run_cpuddp(work, model, data, steps, None, f"layout-{tag}", layout)
         print(f"  {tag}: Trainer {trainer.get('sps', 0):.2f} ({trainer.get('error', 'ok')}), cpuddp "
               f"{ours.get('sps', 0):.2f} ({ours['precision']}): {ours.get('sps', 0) / trainer.get('sps', 1):.2f}x",
@@ -260,7 +260,7 @@ def main() -> None:
     parser.add_argument("--each-lever", action="store_true", help="add a row per step lever on its own")
     parser.add_argument("--models", default="minilm,bert", help="which of minilm,bert to run")
     parser.add_argument("--layouts", action="store_true",
-                        help="add the Trainer (fp32) and cpuddp at 1 rank x 2 threads beside 2 x 1")
+                        help="add the Trainer (at its best precision) and cpuddp at 1 rank x 2 threads beside 2 x 1")
     args = parser.parse_args()
     prepare_job_environment(str(Path(__file__).resolve().parents[1]))  # .venv's mpirun, repo on PYTHONPATH
     cpu = hardware.cpu_summary()
@@ -285,7 +285,8 @@ def main() -> None:
                      **({"bf16": matmul_peak_gflops(*shape, torch.bfloat16)} if bf16 else {})}
             report(title, results, peaks, useful_flops_per_sample(model, data))
             if args.layouts:
-                layout_rows(work / title.split()[0], model, data, steps)
+                layout_rows(work / title.split()[0], model, data, steps,
+                            results["Trainer at its best"].get("precision") == "bf16")
 
 
 if __name__ == "__main__":

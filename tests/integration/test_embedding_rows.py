@@ -26,9 +26,10 @@ UPDATES = 2  # the second update is the one a reused gradient table could spoil
 def gradients(rank: int, rows: bool, micro_batches: int, reuse: bool = False) -> tuple[list[dict], list[int]]:
     torch.manual_seed(0)  # the same weights on both ranks
     model = BertForSequenceClassification(CONFIG)
+    pool = speed.GradPool()  # with reuse, it also tells the row all-reduce which rows this rank used
     if reuse:
-        assert speed.reuse_embedding_grad(model) is None
-    timer = comm.CommTimer("none", rows_of=model.get_input_embeddings().weight if rows else None)
+        assert speed.reuse_embedding_grad(model, pool) is None
+    timer = comm.CommTimer("none", rows_of=model.get_input_embeddings().weight if rows else None, touched=pool)
     ddp = DDP(model, gradient_as_bucket_view=True, bucket_cap_mb=1)
     ddp.register_comm_hook(timer, comm.CommTimer.hook)
     generator = torch.Generator().manual_seed(100 + rank)  # each rank its own tokens

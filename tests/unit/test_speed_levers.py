@@ -72,9 +72,13 @@ def test_use_dropout_routes_nn_dropout_and_back():
 
 def test_auto_picks_by_the_stated_rule_and_settings_win():
     auto = levers.choose()
-    assert auto["speed"] == {"dropout": "fast", "attention": "eager", "embedding_allreduce": "dense",
+    assert auto["speed"] == {"dropout": "fast", "attention": "eager", "embedding_allreduce": "rows",
                              "last_layer": "first_token", "embedding_grad": "reuse"}
     assert "auto" in auto["speed_reason"]["dropout"]
+    across = levers.choose(nodes=3)  # the scaling plan models the dense all-reduce across nodes
+    assert across["speed"]["embedding_allreduce"] == "dense" and "plan" in across["speed_reason"]["embedding_allreduce"]
+    assert levers.choose(embedding_allreduce="rows", nodes=3)["speed"]["embedding_allreduce"] == "rows"
+    assert levers.choose(compression="bf16")["speed"]["embedding_allreduce"] == "dense"
     assert levers.choose("torch", "sdpa", "dense", "all", "torch")["speed"] == {
         "dropout": "torch", "attention": "sdpa", "embedding_allreduce": "dense", "last_layer": "all",
         "embedding_grad": "torch"}

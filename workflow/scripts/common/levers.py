@@ -12,19 +12,28 @@ RULES = {
                                   "token (BERT-style encoders); all for other heads and QA"),
     "embedding_grad": ("reuse", "auto: a table kept across steps, zeroing the rows last touched, instead of a "
                                 "new one faulting in fresh pages every step (the same gradient, on every CPU)"),
-    # rows is exact and sends far less over slow links, but the scaling plan
-    # (workflow/scripts/plan) models the dense all-reduce: until it models
-    # rows, auto keeps the plan true.
-    "embedding_allreduce": ("dense", "auto: the scaling plan models the dense all-reduce; rows (exact, far less "
-                                     "traffic) is set in train.speed"),
+    "embedding_allreduce": ("rows", "auto: ranks on one node all-reduce only the embedding rows some rank used "
+                                    "(the same sum, bit for bit, and measured faster)"),
 }
+# Across nodes rows would send far less over slow links too, but the scaling
+# plan (workflow/scripts/plan), which predicts multi-node runs, models the
+# dense all-reduce: until it models rows, auto keeps the plan true there.
+ACROSS_NODES = ("dense", "auto: across nodes the scaling plan models the dense all-reduce; rows (exact, far less "
+                         "traffic) is set in train.speed")
 
 
 def choose(dropout: str = "auto", attention: str = "auto", embedding_allreduce: str = "auto",
-           last_layer: str = "auto", embedding_grad: str = "auto") -> dict:
+           last_layer: str = "auto", embedding_grad: str = "auto", nodes: int = 1,
+           compression: str = "none") -> dict:
     """The levers and why (rules, not measurements: docs/performance.md has the figures)."""
+    rules = RULES
+    if nodes > 1:
+        rules = {**RULES, "embedding_allreduce": ACROSS_NODES}
+    elif compression != "none":  # the row all-reduce sends rows uncompressed; the hook compresses dense buckets
+        rules = {**RULES, "embedding_allreduce": ("dense", f"auto: gradient_compression {compression} compresses "
+                                                           "the dense all-reduce")}
     settings = {"dropout": dropout, "attention": attention, "embedding_allreduce": embedding_allreduce,
                 "last_layer": last_layer, "embedding_grad": embedding_grad}
-    picked = {k: RULES[k][0] if v == "auto" else v for k, v in settings.items()}
-    reasons = {k: RULES[k][1] if v == "auto" else "set in train.speed" for k, v in settings.items()}
+    picked = {k: rules[k][0] if v == "auto" else v for k, v in settings.items()}
+    reasons = {k: rules[k][1] if v == "auto" else "set in train.speed" for k, v in settings.items()}
     return {"speed": picked, "speed_reason": reasons}

@@ -37,18 +37,19 @@ def reducer(compression: str):
     return hooks[compression], None
 
 
-def allreduce_rows(bucket, table: torch.nn.Parameter, sent: list[int]):
+def allreduce_rows(bucket, table: torch.nn.Parameter, sent: list[int], touched=None):
     """The bucket holding the word embedding, all-reduced as the default hook
     does (divide by the world size, then sum) but sending of the embedding's
     gradient only the rows some rank touched: a batch uses a few hundred of
     its ~30,000 rows and every other row is exactly zero on every rank, so
     the result is the dense one, bit for bit. Two small all-gathers (the row
     counts, then the rows) come first; the embedding's bucket is the last one
-    backward fills, so waiting for them here hides no compute."""
+    backward fills, so waiting for them here hides no compute. `touched`
+    (a speed.GradPool) knows this rank's rows without reading the table."""
     world = dist.get_world_size()
     grads = bucket.gradients()
     at = next(i for i, p in enumerate(bucket.parameters()) if p is table)
-    rows = union_of_rows(grads[at])
+    rows = union_of_rows(grads[at], touched.touched_rows() if touched is not None else None)
     sent[:] = [sent[0] + 1, sent[1] + rows.numel(), sent[2] + grads[at].shape[0]]
     dense = [g for i, g in enumerate(grads) if i != at]
     parts = [grads[at][rows], *dense]
@@ -63,9 +64,11 @@ def allreduce_rows(bucket, table: torch.nn.Parameter, sent: list[int]):
     return done
 
 
-def union_of_rows(grad: torch.Tensor) -> torch.Tensor:
-    """Indices of the rows that are non-zero on any rank, sorted."""
-    mine = grad.ne(0).any(dim=1).nonzero().flatten()
+def union_of_rows(grad: torch.Tensor, mine: torch.Tensor | None = None) -> torch.Tensor:
+    """Indices of the rows that are non-zero on any rank (or may be: a row
+    some rank's batch used whose sum came out zero is sent as zeros), sorted."""
+    if mine is None:
+        mine = grad.ne(0).any(dim=1).nonzero().flatten()
     counts = [torch.zeros(1, dtype=torch.int64) for _ in range(dist.get_world_size())]
     dist.all_gather(counts, torch.tensor([mine.numel()]))
     longest = int(max(c.item() for c in counts))
@@ -102,11 +105,13 @@ class BucketTimes:
 class CommTimer:
     """DDP comm hook state that reduces buckets and measures the wait."""
 
-    def __init__(self, compression: str = "none", warmup: int = 2, rows_of: torch.nn.Parameter | None = None):
+    def __init__(self, compression: str = "none", warmup: int = 2, rows_of: torch.nn.Parameter | None = None,
+                 touched=None):
         self.inner, self.inner_state = reducer(compression)
         # The word embedding whose gradient goes as its touched rows
         # (allreduce_rows); None = every bucket dense.
         self.rows_of = rows_of if compression == "none" else None
+        self.touched = touched
         self.rows_sent = [0, 0, 0]  # row all-reduces, rows sent, rows of the table
         self.warmup = warmup
         self.updates = 0
@@ -133,7 +138,7 @@ class CommTimer:
         state.last_ready = ready = time.perf_counter()
         state.buckets += 1
         if state.rows_of is not None and any(p is state.rows_of for p in bucket.parameters()):
-            future = allreduce_rows(bucket, state.rows_of, state.rows_sent)
+            future = allreduce_rows(bucket, state.rows_of, state.rows_sent, state.touched)
         else:
             future = state.inner(state.inner_state, bucket)
         if not state.timing:

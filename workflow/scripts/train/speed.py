@@ -134,9 +134,10 @@ def _first_token_forward(layer, hidden_states, attention_mask=None, *args, **kwa
     return layer.feed_forward_chunk(attended)
 
 
-def reuse_embedding_grad(model) -> str | None:
-    """Give the word embedding a gradient buffer reused across steps; None
-    when done, else why it cannot (the model is left as it was)."""
+def reuse_embedding_grad(model, pool: GradPool | None = None) -> str | None:
+    """Give the word embedding a gradient table reused across steps (`pool`
+    holds it); None when done, else why it cannot (the model is left as it
+    was)."""
     embedding = model.get_input_embeddings()
     if type(embedding) is not torch.nn.Embedding:
         return f"the input embedding is a {type(embedding).__name__}, not a torch.nn.Embedding"
@@ -145,7 +146,7 @@ def reuse_embedding_grad(model) -> str | None:
     tied = [name for name, p in model.named_parameters(remove_duplicate=False) if p is embedding.weight]
     if len(tied) > 1:  # another module adds its own gradient to the same table
         return f"the input embedding is tied to {', '.join(tied[1:])}"
-    pool = GradPool()
+    pool = pool or GradPool()
     embedding.forward = types.MethodType(
         lambda self, ids: _ReusedGradEmbedding.apply(ids, self.weight, self.padding_idx, pool), embedding)
     return None
@@ -158,6 +159,12 @@ class GradPool:
     def __init__(self):
         self.table: torch.Tensor | None = None
         self.rows: list[torch.Tensor] = []
+        self.complete = False  # rows holds every row of the gradient the step holds
+
+    def touched_rows(self) -> torch.Tensor | None:
+        """The rows this step's gradient can be non-zero in (sorted), or
+        None when this pool did not see all of it."""
+        return torch.cat(self.rows).unique() if self.complete and self.rows else None
 
     def gradient(self, weight: torch.Tensor, ids: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
         """embedding_dense_backward's result: each row the sum, in token
@@ -166,12 +173,14 @@ class GradPool:
         if weight.grad is not None:  # accumulating into what the step holds: a new table, as torch does
             if self.table is not None and weight.grad.data_ptr() == self.table.data_ptr():
                 self.rows.append(ids)  # autograd adds it into our table
+            else:
+                self.complete = False
             return grad.new_zeros(shape).index_add_(0, ids, grad)
         if self.table is None or self.table.shape != shape or self.table.dtype != grad.dtype:
             self.table, self.rows = grad.new_zeros(shape), []
         elif self.rows:
             self.table.index_fill_(0, torch.cat(self.rows), 0)
-        self.rows = [ids]
+        self.rows, self.complete = [ids], True
         # A new view: autograd takes a gradient with no other reference as
         # the parameter's .grad instead of copying it.
         return self.table.index_add_(0, ids, grad).view(shape)

@@ -153,8 +153,9 @@ def build(cfg: TrainView, decisions: RunDecisions, data_dir: str, env: DistEnv, 
     if levers.get("last_layer") == "first_token" and not task.is_qa:
         why_not = speed.first_token_last_layer(model)
         log.info("last layer: first token only" if why_not is None else f"last layer: every token ({why_not})")
+    pool = speed.GradPool()
     if levers.get("embedding_grad") == "reuse" and not decisions.ipex:
-        why_not = speed.reuse_embedding_grad(model)
+        why_not = speed.reuse_embedding_grad(model, pool)
         log.info("embedding gradient: one table reused" if why_not is None
                  else f"embedding gradient: a new table every step ({why_not})")
     torch.manual_seed(train_cfg.seed + env.rank)  # different dropout per rank
@@ -167,7 +168,7 @@ def build(cfg: TrainView, decisions: RunDecisions, data_dir: str, env: DistEnv, 
         log.info(f"IPEX optimized the model for training ({decisions.precision}): "
                  f"{intel.ipex_modules(model)} modules replaced")
     rows_of = model.get_input_embeddings().weight if levers.get("embedding_allreduce") == "rows" else None
-    comm = CommTimer(cfg.distributed.gradient_compression, rows_of=rows_of)
+    comm = CommTimer(cfg.distributed.gradient_compression, rows_of=rows_of, touched=pool)
     ddp_model = DDP(model, gradient_as_bucket_view=True, bucket_cap_mb=cfg.distributed.bucket_cap_mb)
     ddp_model.register_comm_hook(comm, CommTimer.hook)
     log.info(f"{len(split)} training features, {len(sampler)} steps per epoch, {steps} steps, "
