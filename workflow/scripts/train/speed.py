@@ -148,7 +148,7 @@ def reuse_embedding_grad(model, pool: GradPool | None = None) -> str | None:
         return f"the input embedding is tied to {', '.join(tied[1:])}"
     pool = pool or GradPool()
     embedding.forward = types.MethodType(
-        lambda self, ids: _ReusedGradEmbedding.apply(ids, self.weight, self.padding_idx, pool), embedding)
+        lambda self, input: _ReusedGradEmbedding.apply(input, self.weight, self.padding_idx, pool), embedding)
     return None
 
 
