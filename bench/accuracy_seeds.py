@@ -16,9 +16,7 @@ means.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -28,11 +26,10 @@ import torch
 from transformers import AutoModelForSequenceClassification
 
 from bench.train_bench import LEVERS_OFF, MODEL, full_config, prepare
+from bench.train_bench import run_trainer as bench_trainer
 from workflow.scripts.common import config as cfg
 from workflow.scripts.common import hardware
 from workflow.scripts.common.snakemake_env import prepare_job_environment
-from workflow.scripts.launch import command as launch
-from workflow.scripts.nodes import describe as environment
 from workflow.scripts.train.runs import run_training
 
 
@@ -62,17 +59,12 @@ def run_cpuddp(work: Path, model: str, data: Path, config: dict, tag: str) -> fl
 
 
 def run_trainer(work: Path, model: str, data: Path, config: dict, bf16: bool, tag: str) -> float:
-    out = work / tag
-    program = [sys.executable, str(Path(__file__).with_name("hf_trainer_run.py")), "--model", model,
-               "--data", str(data), "--out", str(out), "--pad", "batch", "--group-by-length",
-               "--batch-size", str(config["train"]["batch_size"]), "--threads", "1",
-               "--epochs", str(config["train"]["epochs"]), "--lr", str(config["train"]["learning_rate"]),
-               "--seed", str(config["train"]["seed"]), *(["--bf16"] if bf16 else [])]
-    done = subprocess.run(launch.build(config, environment.environment_record(config), program),
-                          capture_output=True, text=True)
-    if done.returncode:
-        raise SystemExit(f"the Trainer failed: {(done.stderr or done.stdout).strip().splitlines()[-1:]}")
-    return json.loads((out / "rank0.json").read_text())["accuracy"]
+    train = config["train"]
+    result = bench_trainer(work, model, data, None, bf16, False, tag, extra=(
+        "--epochs", str(train["epochs"]), "--lr", str(train["learning_rate"]), "--seed", str(train["seed"])))
+    if "error" in result:
+        raise SystemExit(f"the Trainer failed: {result['error']}")
+    return result["accuracy"]
 
 
 def main() -> None:
@@ -88,7 +80,7 @@ def main() -> None:
     print(f"CPU {hardware.cpu_tag(cpu)}; python -m bench.accuracy_seeds {' '.join(sys.argv[1:])}", flush=True)
     rows = {
         f"Trainer ({'bf16' if bf16 else 'fp32'})": lambda w, d, s: run_trainer(
-            w, model, d, accuracy_config(model, args.epochs, args.lr, s, None), bf16, f"trainer-{s}"),
+            w, model, d, accuracy_config(model, args.epochs, args.lr, s, None), bf16, f"seed-{s}"),
         "cpuddp (defaults)": lambda w, d, s: run_cpuddp(
             w, model, d, accuracy_config(model, args.epochs, args.lr, s, None), f"auto-{s}"),
         "cpuddp, step levers off": lambda w, d, s: run_cpuddp(

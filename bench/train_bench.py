@@ -126,15 +126,17 @@ def run_cpuddp(work: Path, model: str, data: Path, steps: int, speed: dict | Non
             "levers": info.get("speed")}
 
 
-def run_trainer(work: Path, model: str, data: Path, steps: int, bf16: bool, compile_: bool, tag: str,
-                layout=(2, 1)) -> dict:
+def run_trainer(work: Path, model: str, data: Path, steps: int | None, bf16: bool, compile_: bool, tag: str,
+                layout=(2, 1), extra: tuple[str, ...] = ()) -> dict:
+    """The Trainer at the bench's setting; `steps` None trains hf_trainer_run's
+    epochs and scores the dev split (`accuracy`); `extra`: more of its flags."""
     config = full_config(model, steps, "fp32", layout=layout)
     out = work / f"trainer-{tag}"
     program = [sys.executable, str(Path(__file__).with_name("hf_trainer_run.py")), "--model", model,
                "--data", str(data), "--out", str(out), "--pad", "batch", "--batch-size",
                str(config["train"]["batch_size"]), "--threads", str(config["distributed"]["threads_per_process"]),
-               "--steps", str(steps),
-               "--group-by-length", *(["--bf16"] if bf16 else []), *(["--compile"] if compile_ else [])]
+               *(["--steps", str(steps)] if steps else []),
+               "--group-by-length", *(["--bf16"] if bf16 else []), *(["--compile"] if compile_ else []), *extra]
     # One rank is one plain process, as a user runs it: accelerate under an
     # MPI of one rank finds no process group and stops.
     argv = [*program, "--one-process"] if config["distributed"]["processes_per_node"] == 1 else \
@@ -144,7 +146,8 @@ def run_trainer(work: Path, model: str, data: Path, steps: int, bf16: bool, comp
         lines = [line for line in (done.stderr or done.stdout).splitlines() if line.strip(" -")]
         return {"error": (lines or ["no output"])[-1][:200]}
     rank0 = json.loads((out / "rank0.json").read_text())
-    return {"sps": rank0["train_samples_per_second"], "precision": "bf16" if bf16 else "fp32", "steps": steps}
+    return {"sps": rank0["train_samples_per_second"], "precision": "bf16" if bf16 else "fp32", "steps": steps,
+            "accuracy": rank0.get("accuracy")}
 
 
 def bert_base(work: Path, minilm: str) -> str:
