@@ -154,8 +154,8 @@ def build(cfg: TrainView, decisions: RunDecisions, data_dir: str, env: DistEnv, 
         why_not = speed.first_token_last_layer(model)
         log.info("last layer: first token only" if why_not is None else f"last layer: every token ({why_not})")
     pool = speed.GradPool()
-    if levers.get("embedding_grad") == "reuse" and not decisions.ipex:
-        why_not = speed.reuse_embedding_grad(model, pool)
+    if levers.get("embedding_grad") == "reuse":  # IPEX replaces modules: leave its embedding as it is
+        why_not = "IPEX optimizes the model" if decisions.ipex else speed.reuse_embedding_grad(model, pool)
         log.info("embedding gradient: one table reused" if why_not is None
                  else f"embedding gradient: a new table every step ({why_not})")
     torch.manual_seed(train_cfg.seed + env.rank)  # different dropout per rank
