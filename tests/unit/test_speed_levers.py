@@ -7,19 +7,21 @@ a multiply by one give torch's gradients bit for bit."""
 from __future__ import annotations
 
 import types
+from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
 
 from workflow.scripts.common import levers
+from workflow.scripts.train import dropout as dropout_lever
 from workflow.scripts.train import speed
 
 
 def test_fast_dropout_keeps_the_probability_and_scale():
     torch.manual_seed(0)
     x = torch.ones(2_000_000)
-    out = speed.fast_dropout(x, p=0.1)
+    out = dropout_lever.fast_dropout(x, p=0.1)
     kept = (out != 0).float().mean().item()
     assert abs(kept - 0.9) < 0.001  # 2e6 draws: the standard error is 0.0002
     assert torch.allclose(out[out != 0], torch.full_like(out[out != 0], 1 / 0.9))
@@ -27,10 +29,10 @@ def test_fast_dropout_keeps_the_probability_and_scale():
 
 def test_fast_dropout_is_seeded_and_its_gradient_is_the_mask():
     torch.manual_seed(3)
-    first = speed.fast_dropout(torch.ones(1000), p=0.2)
+    first = dropout_lever.fast_dropout(torch.ones(1000), p=0.2)
     torch.manual_seed(3)
     x = torch.ones(1000, requires_grad=True)
-    second = speed.fast_dropout(x, p=0.2)
+    second = dropout_lever.fast_dropout(x, p=0.2)
     assert torch.equal(first, second)
     second.sum().backward()
     assert torch.equal(x.grad, second.detach())
@@ -43,10 +45,10 @@ def test_fast_dropout_is_where_of_the_same_draws_bit_for_bit(dtype):
     x = torch.randn(8, 64, 384).to(dtype).requires_grad_()
     grad = torch.randn(8, 64, 384).to(dtype)
     torch.manual_seed(5)
-    out = speed.fast_dropout(x, p=0.1)
+    out = dropout_lever.fast_dropout(x, p=0.1)
     out.backward(grad)
     torch.manual_seed(5)
-    drop = torch.empty(x.shape, dtype=torch.int32).random_() < int(0.1 * speed.KEEP_SCALE_BITS)
+    drop = torch.empty(x.shape, dtype=torch.int32).random_() < int(0.1 * dropout_lever.KEEP_SCALE_BITS)
     reference = torch.where(drop, 0.0, x.detach() * (1 / 0.9))
     assert out.dtype == dtype and torch.equal(out, reference)
     assert torch.equal(x.grad, torch.where(drop, 0.0, grad) * (1 / 0.9))
@@ -54,34 +56,70 @@ def test_fast_dropout_is_where_of_the_same_draws_bit_for_bit(dtype):
 
 def test_eval_and_p_zero_pass_through():
     x = torch.randn(10)
-    assert speed.fast_dropout(x, 0.1, training=False) is x and speed.fast_dropout(x, 0.0) is x
+    assert dropout_lever.fast_dropout(x, 0.1, training=False) is x and dropout_lever.fast_dropout(x, 0.0) is x
 
 
-def test_use_dropout_routes_nn_dropout_and_back():
-    layer = torch.nn.Dropout(0.5)
-    try:
-        speed.use_dropout("fast")
-        assert F.dropout is speed.fast_dropout
-        torch.manual_seed(1)
-        out = layer(torch.ones(10_000))
-        assert 0.45 < (out == 0).float().mean() < 0.55
-    finally:
-        speed.use_dropout("torch")
-    assert F.dropout is speed._TORCH_DROPOUT
+def test_fast_dropout_is_put_in_per_model_not_per_process():
+    model, other = _tiny("Bert", "eager"), _tiny("Bert", "eager")
+    assert dropout_lever.fast_dropout_modules(model) is None
+    assert F.dropout is torch.nn.functional.dropout and not hasattr(F.dropout, "__self__")
+    assert not any(type(m) is torch.nn.Dropout for m in model.modules())
+    assert model.config._attn_implementation == dropout_lever.FAST_EAGER  # attention's dropout too
+    assert any(type(m) is torch.nn.Dropout for m in other.modules())  # another model keeps torch's
+    torch.manual_seed(1)
+    out = dropout_lever.FastDropout(0.5).train()(torch.ones(10_000))
+    assert 0.45 < (out == 0).float().mean() < 0.55
+
+
+def test_fast_eager_attention_is_berts_with_the_same_draws():
+    """Dropout off (eval), the fast eager attention gives BERT's eager logits."""
+    model, reference = _tiny("Bert", "eager"), _tiny("Bert", "eager")
+    dropout_lever.fast_dropout_modules(model)
+    batch = {"input_ids": torch.randint(1, 100, (2, 9)), "attention_mask": torch.ones(2, 9, dtype=torch.long)}
+    batch["attention_mask"][1, 6:] = 0
+    model.eval(), reference.eval()
+    assert torch.equal(model(**batch).logits, reference(**batch).logits)
 
 
 def test_auto_picks_by_the_stated_rule_and_settings_win():
-    auto = levers.choose()
-    assert auto["speed"] == {"dropout": "fast", "attention": "eager", "embedding_allreduce": "rows",
-                             "last_layer": "first_token", "embedding_grad": "reuse"}
-    assert "auto" in auto["speed_reason"]["dropout"]
-    across = levers.choose(nodes=3)  # the scaling plan models the dense all-reduce across nodes
-    assert across["speed"]["embedding_allreduce"] == "dense" and "plan" in across["speed_reason"]["embedding_allreduce"]
-    assert levers.choose(embedding_allreduce="rows", nodes=3)["speed"]["embedding_allreduce"] == "rows"
-    assert levers.choose(compression="bf16")["speed"]["embedding_allreduce"] == "dense"
-    assert levers.choose("torch", "sdpa", "dense", "all", "torch")["speed"] == {
-        "dropout": "torch", "attention": "sdpa", "embedding_allreduce": "dense", "last_layer": "all",
-        "embedding_grad": "torch"}
+    chosen, why = levers.choose(levers.Levers())
+    assert chosen == levers.Levers("fast", "eager", "rows", "first_token", "reuse")
+    assert "auto" in why["dropout"]
+    across, why = levers.choose(None, levers.Context(nodes=3))  # the plan models the dense all-reduce across nodes
+    assert across.embedding_allreduce == "dense" and "plan" in why["embedding_allreduce"]
+    assert levers.choose({"embedding_allreduce": "rows"}, levers.Context(nodes=3))[0].embedding_allreduce == "rows"
+    assert levers.choose({}, levers.Context(compression="bf16"))[0].embedding_allreduce == "dense"
+    assert levers.choose(levers.all_off())[0] == levers.Levers("torch", "sdpa", "dense", "all", "torch")
+    with pytest.raises(ValueError, match="unknown lever"):
+        levers.Levers.of({"warp": "on"})
+
+
+def test_one_path_per_lever_schema_rules_and_apply_agree():
+    """A lever is a schema key, a Levers field, a rule and an apply function:
+    nothing else lists them."""
+    import yaml
+
+    schema = yaml.safe_load(Path("workflow/schemas/config.schema.yaml").read_text())
+    keys = list(schema["properties"]["train"]["properties"]["speed"]["properties"])
+    assert keys == levers.names() == list(levers.RULES)
+    assert set(speed.APPLY) == set(levers.names())
+    assert all(schema["properties"]["train"]["properties"]["speed"]["properties"][k]["enum"][0] == "auto"
+               and levers.RULES[k].off in schema["properties"]["train"]["properties"]["speed"]["properties"][k]["enum"]
+               for k in keys)
+    assert set(levers.each_alone()) == set(keys)  # on one node every lever's auto turns it on
+
+
+def test_apply_says_per_lever_on_or_why_not():
+    model = _tiny("Bert", "sdpa")
+    chosen, _ = levers.choose(levers.Levers())
+    parts, status = speed.apply(model, chosen, speed.Parts(is_qa=False))
+    assert all(state.startswith("on") for state in status.values()), status
+    assert parts.rows_of is model.get_input_embeddings().weight
+    _, status = speed.apply(_tiny("Bert", "sdpa"), chosen, speed.Parts(is_qa=True, ipex=True))
+    assert status["last_layer"].startswith("off: question answering")
+    assert status["embedding_grad"] == "off: IPEX optimizes the model"
+    _, status = speed.apply(_tiny("Bert", "sdpa"), levers.all_off())
+    assert all(state.startswith("off (") for state in status.values())
 
 
 def _tiny(kind: str, attention: str):

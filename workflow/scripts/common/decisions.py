@@ -4,8 +4,11 @@ check (environment.json) and never recomputed by a step."""
 from __future__ import annotations
 
 import json
+import dataclasses
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+
+from workflow.scripts.common.levers import Levers, all_off
 
 
 @dataclass(frozen=True)
@@ -25,8 +28,10 @@ class RunDecisions:
     """Intel Extension for PyTorch optimizes the model."""
     gloo_ifname: str | None = None
     """The interface that reaches the first node on every node (several nodes)."""
-    speed: dict | None = None
-    """Levers of the training step (train/speed.py): dropout, attention."""
+    levers: Levers = dataclasses.field(default_factory=all_off)
+    """The training step's levers as chosen (common/levers.py; none is auto);
+    a record without them (an older environment.json) runs with all off."""
+    levers_reason: dict | None = None
     backend_reason: str = "?"
     precision_reason: str = "?"
     ipex_reason: str = "?"
@@ -53,6 +58,8 @@ class RunDecisions:
         values = {k: v for k, v in info.items() if k in known}
         values["threads_per_process"] = int(values["threads_per_process"])
         values["ipex"] = bool(values.get("ipex"))
+        if "levers" in values:
+            values["levers"] = Levers.of(values["levers"])
         values.setdefault("nodes", 1)
         values.setdefault("processes_per_node", info.get("world_size", 1) // values["nodes"])
         return cls(**values)

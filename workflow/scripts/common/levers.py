@@ -1,39 +1,114 @@
-"""Which levers of the training step (workflow/scripts/train/speed.py and
-comm.py) a run uses: `auto` follows the rules stated there and in
-docs/performance.md; the environment check records the choice and why in
-environment.json."""
+"""Which levers of the training step (workflow/scripts/train/speed.py) a
+run uses, typed: `train.speed` in the configuration is a `Levers` whose
+values may be `auto`; `choose` turns it into one with none, and says why.
+The environment check records both in environment.json (`levers`,
+`levers_reason`), and every step reads them from there.
+
+Adding a lever: its key in the schema (train.speed), a field and a rule
+here, its function in train/speed.py (`APPLY`), and its test."""
 
 from __future__ import annotations
 
-RULES = {
-    "dropout": ("fast", "auto: 32-bit draws are faster than bernoulli_ on every CPU measured"),
-    "attention": ("eager", "auto: with attention dropout the CPU sdpa kernel falls back to math; eager is faster"),
-    "last_layer": ("first_token", "auto: a first-token classification head reads only the last layer's first "
-                                  "token (BERT-style encoders); all for other heads and QA"),
-    "embedding_grad": ("reuse", "auto: a table kept across steps, zeroing the rows last touched, instead of a "
-                                "new one faulting in fresh pages every step (the same gradient, on every CPU)"),
-    "embedding_allreduce": ("rows", "auto: ranks on one node all-reduce only the embedding rows some rank used "
-                                    "(the same sum, bit for bit, and measured faster)"),
-}
-# Across nodes rows would send far less over slow links too, but the scaling
-# plan (workflow/scripts/plan), which predicts multi-node runs, models the
-# dense all-reduce: until it models rows, auto keeps the plan true there.
-ACROSS_NODES = ("dense", "auto: across nodes the scaling plan models the dense all-reduce; rows (exact, far less "
+import dataclasses
+from dataclasses import dataclass
+from collections.abc import Callable
+
+
+@dataclass(frozen=True)
+class Levers:
+    """One value per lever; `auto` only in the settings, never once chosen."""
+    dropout: str = "auto"
+    attention: str = "auto"
+    embedding_allreduce: str = "auto"
+    last_layer: str = "auto"
+    embedding_grad: str = "auto"
+
+    @classmethod
+    def of(cls, value: dict | Levers | None) -> Levers:
+        if isinstance(value, cls):
+            return value
+        value = value or {}
+        unknown = sorted(set(value) - set(names()))
+        if unknown:
+            raise ValueError(f"train.speed: unknown lever(s) {', '.join(unknown)}")
+        return cls(**value)
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class Context:
+    """What an `auto` rule may look at: the run's layout and precision."""
+    nodes: int = 1
+    compression: str = "none"
+    precision: str = "fp32"
+
+
+@dataclass(frozen=True)
+class Rule:
+    off: str
+    """The value that leaves the step as torch and transformers have it."""
+    auto: Callable[[Context], tuple[str, str]]
+    """(value, why) for `auto` in this context."""
+
+
+def _always(value: str, why: str) -> Callable[[Context], tuple[str, str]]:
+    return lambda context: (value, f"auto: {why}")
+
+
+def _embedding_allreduce(context: Context) -> tuple[str, str]:
+    # Across nodes rows would send far less over slow links too, but the
+    # scaling plan (workflow/scripts/plan), which predicts multi-node runs,
+    # models the dense all-reduce: until it models rows, auto keeps it true.
+    if context.nodes > 1:
+        return "dense", ("auto: across nodes the scaling plan models the dense all-reduce; rows (exact, far less "
                          "traffic) is set in train.speed")
+    if context.compression != "none":  # rows go uncompressed; the hook compresses dense buckets
+        return "dense", f"auto: gradient_compression {context.compression} compresses the dense all-reduce"
+    return "rows", ("auto: ranks on one node all-reduce only the embedding rows some rank used (the same sum, "
+                    "bit for bit, and measured faster)")
 
 
-def choose(dropout: str = "auto", attention: str = "auto", embedding_allreduce: str = "auto",
-           last_layer: str = "auto", embedding_grad: str = "auto", nodes: int = 1,
-           compression: str = "none") -> dict:
-    """The levers and why (rules, not measurements: docs/performance.md has the figures)."""
-    rules = RULES
-    if nodes > 1:
-        rules = {**RULES, "embedding_allreduce": ACROSS_NODES}
-    elif compression != "none":  # the row all-reduce sends rows uncompressed; the hook compresses dense buckets
-        rules = {**RULES, "embedding_allreduce": ("dense", f"auto: gradient_compression {compression} compresses "
-                                                           "the dense all-reduce")}
-    settings = {"dropout": dropout, "attention": attention, "embedding_allreduce": embedding_allreduce,
-                "last_layer": last_layer, "embedding_grad": embedding_grad}
-    picked = {k: rules[k][0] if v == "auto" else v for k, v in settings.items()}
-    reasons = {k: rules[k][1] if v == "auto" else "set in train.speed" for k, v in settings.items()}
-    return {"speed": picked, "speed_reason": reasons}
+RULES: dict[str, Rule] = {
+    "dropout": Rule("torch", _always("fast", "32-bit draws are faster than bernoulli_ on every CPU measured")),
+    "attention": Rule("sdpa", _always("eager", "with attention dropout the CPU sdpa kernel falls back to math; "
+                                               "eager is faster")),
+    "embedding_allreduce": Rule("dense", _embedding_allreduce),
+    "last_layer": Rule("all", _always("first_token", "a first-token classification head reads only the last "
+                                                     "layer's first token (BERT-style encoders); all for other "
+                                                     "heads and QA")),
+    "embedding_grad": Rule("torch", _always("reuse", "a table kept across steps, zeroing the rows last touched, "
+                                                     "instead of a new one faulting in fresh pages every step "
+                                                     "(the same gradient, on every CPU)")),
+}
+
+
+def names() -> list[str]:
+    return [f.name for f in dataclasses.fields(Levers)]
+
+
+def choose(settings: Levers | dict | None, context: Context = Context()) -> tuple[Levers, dict[str, str]]:
+    """The levers with every `auto` decided, and why each is what it is
+    (rules, not measurements: docs/performance.md has the figures)."""
+    settings = Levers.of(settings)
+    chosen, reasons = {}, {}
+    for name, value in settings.as_dict().items():
+        if value == "auto":
+            chosen[name], reasons[name] = RULES[name].auto(context)
+        else:
+            chosen[name], reasons[name] = value, "set in train.speed"
+    return Levers(**chosen), reasons
+
+
+def all_off() -> Levers:
+    """Every lever at its `off` value: the step as torch and transformers run it."""
+    return Levers(**{name: rule.off for name, rule in RULES.items()})
+
+
+def each_alone(context: Context = Context()) -> dict[str, Levers]:
+    """Per lever whose `auto` turns it on here: that lever on, the others off."""
+    on, _ = choose(Levers(), context)
+    off = all_off()
+    return {name: dataclasses.replace(off, **{name: getattr(on, name)})
+            for name in names() if getattr(on, name) != getattr(off, name)}

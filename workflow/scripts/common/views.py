@@ -14,6 +14,8 @@ import dataclasses
 import typing
 from dataclasses import dataclass, field
 
+from workflow.scripts.common.levers import Levers
+
 
 class _View:
     """`of` turns a parsed JSON dict (or a view) into the dataclass, sections
@@ -48,7 +50,8 @@ class _View:
 def _section(hint, value):
     """A nested section (or None where the schema allows null) becomes its view."""
     for candidate in typing.get_args(hint) or (hint,):
-        if isinstance(candidate, type) and issubclass(candidate, _View) and isinstance(value, dict):
+        typed = isinstance(candidate, type) and (issubclass(candidate, _View) or candidate is Levers)
+        if typed and isinstance(value, dict):
             return candidate.of(value)
     return value
 
@@ -70,15 +73,6 @@ class DataFiles(_View):
 
 
 @dataclass(frozen=True)
-class SpeedSettings(_View):
-    dropout: str = "auto"
-    attention: str = "auto"
-    embedding_allreduce: str = "auto"
-    last_layer: str = "auto"
-    embedding_grad: str = "auto"
-
-
-@dataclass(frozen=True)
 class TrainSettings(_View):
     epochs: float = 3
     batch_size: int = 32
@@ -93,7 +87,8 @@ class TrainSettings(_View):
     adam_beta2: float = 0.999
     adam_epsilon: float = 1.0e-8
     lr_scheduler_type: str = "linear"
-    speed: SpeedSettings = field(default_factory=lambda: SpeedSettings())
+    speed: Levers = field(default_factory=Levers)
+    """The step's levers as set (auto or a value): common/levers.py."""
     max_seq_length: int = 128
     doc_stride: int = 128
     seed: int = 42

@@ -103,6 +103,12 @@ def choose_precision(requested: str, flags) -> tuple[str, str, dict]:
     return "fp32", "auto: no native bf16 on this CPU, falling back to fp32", speed
 
 
+def lever_record(settings, context) -> dict:
+    """environment.json's `levers` (as chosen) and `levers_reason`."""
+    chosen, reasons = speed_levers.choose(settings, context)
+    return {"levers": chosen.as_dict(), "levers_reason": reasons}
+
+
 def threads_per_process(requested, processes_per_node: int, cpu: dict) -> int:
     """auto = physical cores of the node divided by the ranks on it."""
     if requested != "auto":
@@ -139,9 +145,7 @@ def describe(config, launcher: bool = True) -> dict:
         "precision_reason": precision_why,
         "ipex": ipex,
         "ipex_reason": ipex_why,
-        **speed_levers.choose(train.speed.dropout, train.speed.attention, train.speed.embedding_allreduce,
-                              train.speed.last_layer, train.speed.embedding_grad, dist.nodes,
-                              dist.gradient_compression),
+        **lever_record(train.speed, speed_levers.Context(dist.nodes, dist.gradient_compression, precision)),
         "nodes": dist.nodes,
         "processes_per_node": dist.processes_per_node,
         "world_size": dist.nodes * dist.processes_per_node,

@@ -17,6 +17,7 @@ import shutil
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 
 from workflow.scripts.common.atomic import space_for
 
@@ -158,3 +159,50 @@ def read(folder) -> dict:
     state["model"] = torch.load(folder / "model.pt", weights_only=True)
     state["meta"] = info(folder)
     return state
+
+
+class Checkpointer:
+    """The checkpoints of one training, in the manner of torchtitan's
+    CheckpointManager: where they go, which settings they belong to, how
+    many are kept, and which rank writes. Every rank calls save and resume
+    (they are collectives); rank 0 alone touches the disk, so nodes need no
+    shared filesystem."""
+
+    def __init__(self, root, fingerprint: str, keep: int, rank: int, world_size: int, log):
+        self.root, self.fingerprint, self.keep = Path(root), fingerprint, keep
+        self.rank, self.world_size, self.log = rank, world_size, log
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    def save(self, state, progress) -> None:
+        """All ranks give their RNG state; rank 0 writes `state` (its
+        state_dict) at `progress`'s step."""
+        states = [None] * self.world_size
+        dist.all_gather_object(states, rng_state())
+        if self.is_main:
+            folder = save(self.root, progress.step, {**state.state_dict(), "rng": states},
+                          {"fingerprint": self.fingerprint, **progress.state_dict()}, self.keep)
+            self.log.info(f"checkpoint {folder}")
+        dist.barrier()
+
+    def resume(self, state, progress) -> None:
+        """Continue from the newest whole checkpoint of the same settings, if any."""
+        payload = [newest(self.root, self.fingerprint, self.log) if self.is_main else None]
+        dist.broadcast_object_list(payload)  # rank 0's disk decides
+        if payload[0] is None:
+            return
+        folder, saved = payload[0]
+        state.load_state_dict(saved)
+        rng = saved["rng"]
+        # On fewer ranks than wrote it (a node dropped), each rank takes its
+        # own old rank's state; the data order does not depend on it.
+        set_rng_state(rng[self.rank % len(rng)])
+        progress.load_state_dict(saved["meta"])
+        self.log.info(f"resumed from {folder} (step {progress.step})")
+
+    def clear(self) -> None:
+        """Once the model is saved only a failed run needs them (rank 0)."""
+        if self.is_main:
+            shutil.rmtree(self.root, ignore_errors=True)

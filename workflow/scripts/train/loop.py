@@ -7,15 +7,13 @@ import contextlib
 import datetime
 import socket
 import time
-from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
 from workflow.scripts.common.errors import Preempted, UserError
-from workflow.scripts.common.views import TrainView
-from workflow.scripts.launch.ranks import DistEnv
-from workflow.scripts.train import checkpoint, speed
+from workflow.scripts.train import speed
+from workflow.scripts.train.checkpoint import Checkpointer
 from workflow.scripts.train.batching import updates
 from workflow.scripts.train.preempt import StopRequests
 from workflow.scripts.train.state import Progress, TrainingState
@@ -48,10 +46,10 @@ def mean_over_ranks(value: torch.Tensor) -> torch.Tensor:
     return value / dist.get_world_size()
 
 
-def check_finite(loss: torch.Tensor, step: int, env: DistEnv) -> None:
+def check_finite(loss: torch.Tensor, step: int, rank: int) -> None:
     if not torch.isfinite(loss):
         raise UserError(
-            f"non-finite loss {loss.item()} at step {step} on rank {env.rank} ({socket.gethostname()}); "
+            f"non-finite loss {loss.item()} at step {step} on rank {rank} ({socket.gethostname()}); "
             "lower train.learning_rate or check the data"
         )
 
@@ -67,41 +65,11 @@ def log_progress(progress: Progress, loss, t: TrainingState, global_batch: int, 
              f"{rate:.1f} samples/s | ETA {format_eta(eta)}")
 
 
-def save_checkpoint(t: TrainingState, progress: Progress, cfg: TrainView, env: DistEnv, root: Path, fp: str,
-                    log) -> None:
-    """All ranks give their RNG state; rank 0 writes the checkpoint."""
-    states = [None] * env.world_size
-    dist.all_gather_object(states, checkpoint.rng_state())
-    if env.is_main:
-        state = {**t.state_dict(), "rng": states}
-        folder = checkpoint.save(root, progress.step, state, {"fingerprint": fp, **progress.state_dict()},
-                                 cfg.train.keep_checkpoints)
-        log.info(f"checkpoint {folder}")
-    dist.barrier()
-
-
-def resume(t: TrainingState, progress: Progress, env: DistEnv, root: Path, fp: str, log) -> None:
-    """Continue from the newest whole checkpoint of the same settings, if any."""
-    payload = [checkpoint.newest(root, fp, log) if env.is_main else None]
-    dist.broadcast_object_list(payload)  # rank 0's disk decides; no shared filesystem needed
-    if payload[0] is None:
-        return
-    folder, state = payload[0]
-    t.load_state_dict(state)
-    rng = state["rng"]
-    # On fewer ranks than wrote it (a node dropped), each rank takes its own
-    # old rank's state; the data order does not depend on it.
-    checkpoint.set_rng_state(rng[env.rank % len(rng)])
-    progress.load_state_dict(state["meta"])
-    log.info(f"resumed from {folder} (step {progress.step})")
-
-
-def run_epochs(t: TrainingState, progress: Progress, cfg: TrainView, env: DistEnv, ckpt_root: Path, fp: str,
-               log, stops: StopRequests | None = None) -> None:
+def run_epochs(t: TrainingState, progress: Progress, checkpoints: Checkpointer, log,
+               stops: StopRequests | None = None) -> None:
     """The training loop, from wherever `progress` says it is; on a stop
     request, a checkpoint at the update boundary, then Preempted."""
     global_batch = t.sampler.global_size
-    every = cfg.train.checkpoint_every
     progress.position_at_start = progress.samples
     t.ddp_model.train()
     start = time.perf_counter()
@@ -114,28 +82,29 @@ def run_epochs(t: TrainingState, progress: Progress, cfg: TrainView, env: DistEn
             progress.step += 1
             progress.batch_in_epoch = index + 1
             progress.samples += global_batch
-            if progress.step % cfg.train.log_every == 0 or progress.step == t.total_steps:
+            if progress.step % t.log_every == 0 or progress.step == t.total_steps:
                 loss = mean_over_ranks(loss)  # every rank sees the same value and stops together
-                check_finite(loss, progress.step, env)
+                check_finite(loss, progress.step, checkpoints.rank)
                 progress.losses.append([progress.step, float(loss)])
                 log_progress(progress, loss, t, global_batch, start, log)
             if progress.step >= t.total_steps:
                 break
             if stops and stops.anywhere():
-                stop_here(t, progress, cfg, env, ckpt_root, fp, log)
+                stop_here(t, progress, checkpoints)
+            every = t.checkpoint_every
             if every and progress.step % every == 0 and progress.batch_in_epoch < len(t.sampler):
-                save_checkpoint(t, progress, cfg, env, ckpt_root, fp, log)
+                checkpoints.save(t, progress)
         else:
             progress.epoch, progress.batch_in_epoch = progress.epoch + 1, 0
             if progress.step < t.total_steps:
-                save_checkpoint(t, progress, cfg, env, ckpt_root, fp, log)
+                checkpoints.save(t, progress)
     progress.seconds = time.perf_counter() - start
 
 
-def stop_here(t: TrainingState, progress: Progress, cfg: TrainView, env: DistEnv, root: Path, fp: str, log) -> None:
+def stop_here(t: TrainingState, progress: Progress, checkpoints: Checkpointer) -> None:
     if progress.batch_in_epoch == len(t.sampler):  # the epoch is over: save where the next one starts
         progress.epoch, progress.batch_in_epoch = progress.epoch + 1, 0
-    save_checkpoint(t, progress, cfg, env, root, fp, log)
+    checkpoints.save(t, progress)
     raise Preempted(f"stopped at step {progress.step} on request (SIGTERM); checkpoint written, a retry "
                     "resumes from it")
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 import hashlib
 import os
 import resource
-import shutil
 import socket
+from dataclasses import dataclass
 from pathlib import Path
 
 import datasets
@@ -32,6 +32,7 @@ from workflow.scripts.launch.ranks import DistEnv
 from workflow.scripts.train import loop, process_group
 from workflow.scripts.train.comm import CommTimer
 from workflow.scripts.train.preempt import StopRequests
+from workflow.scripts.train.checkpoint import Checkpointer
 from workflow.scripts.train.state import Progress, TrainingState, build, fingerprint
 
 datasets.disable_progress_bars()
@@ -103,20 +104,31 @@ def metrics_record(cfg: TrainView, decisions: RunDecisions, env: DistEnv, progre
     }
 
 
-def train_and_save(cfg: TrainView, decisions: RunDecisions, data_dir: str, out_dir: Path, env: DistEnv, log,
-                   status: logs.RankStatus) -> None:
+@dataclass(frozen=True)
+class Job:
+    """What this rank is asked to do: the settings, the decisions of the
+    environment check, the tokenized data, and the run folder."""
+    cfg: TrainView
+    decisions: RunDecisions
+    data_dir: str
+    out_dir: Path
+
+
+def train_and_save(job: Job, env: DistEnv, log, status: logs.RankStatus) -> None:
     """Build, train and save; everything that holds the process group is a
     local here, released when this returns (before the group is left)."""
+    cfg, decisions, data_dir, out_dir = job.cfg, job.decisions, job.data_dir, job.out_dir
     log.info(f"process group: {process_group.describe()}")
     t, tokenizer = build(cfg, decisions, data_dir, env, log)
-    ckpt_root, fp = out_dir / "checkpoints", fingerprint(cfg, t.sampler.global_size)
+    checkpoints = Checkpointer(out_dir / "checkpoints", fingerprint(cfg, t.sampler.global_size),
+                               cfg.train.keep_checkpoints, env.rank, env.world_size, log)
     progress = Progress()
-    loop.resume(t, progress, env, ckpt_root, fp, log)
+    checkpoints.resume(t, progress)
     # From here a SIGTERM means "checkpoint, then stop" rather than "stop now";
     # the status says so only once the handler is in place.
     stops = StopRequests()
     status.write("running", resumed_from_step=progress.resumed_from_step)
-    loop.run_epochs(t, progress, cfg, env, ckpt_root, fp, log, stops)
+    loop.run_epochs(t, progress, checkpoints, log, stops)
     gathered = [None] * env.world_size
     dist.all_gather_object(gathered, rank_record(env, t.model, decisions.threads_per_process, t.comm))
     if env.is_main:
@@ -124,10 +136,10 @@ def train_and_save(cfg: TrainView, decisions: RunDecisions, data_dir: str, out_d
         model = intel.plain_model(t.model) if decisions.ipex else t.model  # fp32, not IPEX's bf16
         save_model(model, tokenizer, out_dir / "model")
         write_json(out_dir / "train_metrics.json", record)
-        shutil.rmtree(ckpt_root, ignore_errors=True)  # only a failed run needs them
         log.info(f"done: {progress.step} steps in {progress.seconds:.1f}s, "
                  f"{record['train_samples_per_second']:.1f} samples/s, final loss {record['final_loss']:.4f}, "
                  f"all-reduce wait {100 * record['allreduce_wait_share']:.1f}% of step time")
+        checkpoints.clear()
     dist.barrier()  # the last collective: every rank's results are complete after it
 
 
@@ -143,7 +155,7 @@ def train(cfg: TrainView | dict, decisions: RunDecisions, data_dir: str, out_dir
     log.info(intel.prepare_rank(decisions.as_dict()))  # every node checks its own versions
     dist_cfg = cfg.distributed
     with process_group.joined(decisions.backend, env, dist_cfg.timeout_minutes):
-        train_and_save(cfg, decisions, data_dir, out_dir, env, log, status)
+        train_and_save(Job(cfg, decisions, data_dir, out_dir), env, log, status)
         # A rank's own bound on teardown, a little after the launcher's.
         status.trained(exit_within=dist_cfg.exit_grace_seconds + 10)
 

@@ -1,7 +1,8 @@
 """Levers on the part of a training step that is not matrix multiplication
-(docs/performance.md). Each is a setting under `train.speed` with `auto`
-decided here by a stated rule, recorded in environment.json, and changes
-the speed of a step, not what it computes:
+(docs/performance.md). Each is a setting under `train.speed`; `auto` is
+decided by a stated rule in common/levers.py, recorded in environment.json,
+and `apply` puts every lever in place here. They change the speed of a
+step, not what it computes:
 
 - dropout `fast`: the keep-mask from one 32-bit draw per element compared
   with p x 2^31, instead of `bernoulli_`, which draws from the same
@@ -10,6 +11,7 @@ the speed of a step, not what it computes:
   seed gives the same masks every run and a resumed run continues them.
   The mask is kept as 0/1 in the input's dtype and applied with one
   addcmul forward and one backward (bool-mask kernels are slow on CPU).
+  Put in place per model (train/dropout.py), never for the process.
 - attention `eager`: with attention dropout in training, PyTorch's CPU
   scaled_dot_product_attention falls back to its unfused math path, which
   is slower than transformers' eager attention; without dropout, sdpa.
@@ -34,51 +36,13 @@ the total norm is within `max_grad_norm` (the factor is then exactly 1).
 from __future__ import annotations
 
 import types
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 from torch.nn.utils import clip_grads_with_norm_, get_total_norm
 
-KEEP_SCALE_BITS = 2 ** 31  # random_() on int32 draws uniformly from [0, 2^31)
-
-
-def fast_dropout(input, p: float = 0.5, training: bool = True, inplace: bool = False):
-    """F.dropout with the keep-mask from 32-bit integer draws (same p)."""
-    if not training or p == 0.0:
-        return input
-    if p == 1.0:
-        return input * 0.0
-    draws = torch.empty(input.shape, dtype=torch.int32).random_()
-    # The mask as 0/1 in the input's dtype, written in one pass: CPU kernels
-    # on bool masks (where, masked_fill, casts) are several times slower
-    # than arithmetic on the input's dtype.
-    keep = torch.ge(draws, int(p * KEEP_SCALE_BITS), out=torch.empty(input.shape, dtype=input.dtype))
-    return _KeepScale.apply(input, keep, 1.0 / (1.0 - p))
-
-
-class _KeepScale(torch.autograd.Function):
-    """input x keep x scale in one pass (addcmul, at the dtype's compute
-    precision), forward and backward: bit for bit where(drop, 0, x * scale)."""
-
-    @staticmethod
-    def forward(ctx, input, keep, scale: float):
-        ctx.scale = scale
-        ctx.save_for_backward(keep)
-        return torch.addcmul(input.new_zeros(()), input, keep, value=scale)
-
-    @staticmethod
-    def backward(ctx, grad):
-        (keep,) = ctx.saved_tensors
-        return torch.addcmul(grad.new_zeros(()), grad, keep, value=ctx.scale), None, None
-
-
-def use_dropout(kind: str) -> None:
-    """Route every F.dropout of this process (nn.Dropout calls it too) to `kind`."""
-    F.dropout = fast_dropout if kind == "fast" else _TORCH_DROPOUT
-
-
-_TORCH_DROPOUT = F.dropout
-
+from workflow.scripts.train.dropout import fast_dropout_modules
 
 # Heads that read only the first token of the last hidden state, on
 # encoders whose layers are BERT's (attention.self.query ... output.dense).
@@ -213,3 +177,62 @@ def clip_gradients(parameters, max_norm: float) -> torch.Tensor:
     if max_norm / (total + 1e-6) < 1.0:  # the factor torch computes, before it clamps it to 1
         clip_grads_with_norm_(parameters, max_norm, total)
     return total
+
+
+@dataclass
+class Parts:
+    """What the levers act on besides the model, and what they hand on."""
+    is_qa: bool = False
+    ipex: bool = False
+    pool: GradPool = field(default_factory=lambda: GradPool())
+    rows_of: torch.Tensor | None = None
+    """The word embedding whose touched rows alone are all-reduced (comm.py)."""
+
+
+def _attention(model, value: str, parts: Parts) -> str | None:
+    model.set_attn_implementation(value)
+    return None
+
+
+def _dropout(model, value: str, parts: Parts) -> str | None:
+    return fast_dropout_modules(model)
+
+
+def _last_layer(model, value: str, parts: Parts) -> str | None:
+    return "question answering reads every token" if parts.is_qa else first_token_last_layer(model)
+
+
+def _embedding_grad(model, value: str, parts: Parts) -> str | None:
+    if parts.ipex:  # IPEX replaces modules: its embedding is left as it is
+        return "IPEX optimizes the model"
+    return reuse_embedding_grad(model, parts.pool)
+
+
+def _embedding_allreduce(model, value: str, parts: Parts) -> str | None:
+    parts.rows_of = model.get_input_embeddings().weight
+    return None
+
+
+# The function that puts each lever in place when its value is not the
+# rule's `off` (common/levers.py), in this order (attention before dropout,
+# which swaps the attention's implementation for its own).
+APPLY = {"attention": _attention, "dropout": _dropout, "last_layer": _last_layer,
+         "embedding_grad": _embedding_grad, "embedding_allreduce": _embedding_allreduce}
+
+
+def apply(model, chosen, parts: Parts | None = None) -> tuple[Parts, dict[str, str]]:
+    """Put every lever of `chosen` (a common.levers.Levers) in place on
+    `model`; per lever "on", "off", or "off: <why not>" (the model is
+    left as it was for that lever)."""
+    from workflow.scripts.common.levers import RULES
+
+    parts = parts or Parts()
+    status = {}
+    for name, put in APPLY.items():
+        value = getattr(chosen, name)
+        if value == RULES[name].off:
+            status[name] = f"off ({value})"
+            continue
+        why_not = put(model, value, parts)
+        status[name] = f"on ({value})" if why_not is None else f"off: {why_not}"
+    return parts, status

@@ -61,6 +61,10 @@ class TrainingState:
     comm: CommTimer
     total_steps: int
     max_grad_norm: float = 1.0
+    log_every: int = 10
+    """A progress line (and the loss averaged over ranks) every this many updates."""
+    checkpoint_every: int = 0
+    """A checkpoint every this many updates within an epoch (0: at epoch ends only)."""
 
     def state_dict(self) -> dict:
         return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
@@ -147,17 +151,9 @@ def build(cfg: TrainView, decisions: RunDecisions, data_dir: str, env: DistEnv, 
     train_cfg = cfg.train
     torch.manual_seed(train_cfg.seed)  # identical init; DDP broadcasts rank 0's anyway
     tokenizer = load_tokenizer(cfg.model, cfg.trust_remote_code)
-    levers = decisions.speed or {}
-    speed.use_dropout(levers.get("dropout", "torch"))
-    model = load_model(cfg.model, task, cfg.trust_remote_code, tokenizer, levers.get("attention"))
-    if levers.get("last_layer") == "first_token" and not task.is_qa:
-        why_not = speed.first_token_last_layer(model)
-        log.info("last layer: first token only" if why_not is None else f"last layer: every token ({why_not})")
-    pool = speed.GradPool()
-    if levers.get("embedding_grad") == "reuse":  # IPEX replaces modules: leave its embedding as it is
-        why_not = "IPEX optimizes the model" if decisions.ipex else speed.reuse_embedding_grad(model, pool)
-        log.info("embedding gradient: one table reused" if why_not is None
-                 else f"embedding gradient: a new table every step ({why_not})")
+    model = load_model(cfg.model, task, cfg.trust_remote_code, tokenizer)
+    parts, status = speed.apply(model, decisions.levers, speed.Parts(task.is_qa, decisions.ipex))
+    log.info("levers: " + "; ".join(f"{name} {state}" for name, state in status.items()))
     torch.manual_seed(train_cfg.seed + env.rank)  # different dropout per rank
     split = split.select_columns(accepted_columns(model, split.column_names))
     loader, sampler = make_loader(split, train_cfg, env, tokenizer.pad_token_id, decisions.world_size,
@@ -167,13 +163,13 @@ def build(cfg: TrainView, decisions: RunDecisions, data_dir: str, env: DistEnv, 
     if decisions.ipex:
         log.info(f"IPEX optimized the model for training ({decisions.precision}): "
                  f"{intel.ipex_modules(model)} modules replaced")
-    rows_of = model.get_input_embeddings().weight if levers.get("embedding_allreduce") == "rows" else None
-    comm = CommTimer(cfg.distributed.gradient_compression, rows_of=rows_of, touched=pool)
+    comm = CommTimer(cfg.distributed.gradient_compression, rows_of=parts.rows_of, touched=parts.pool)
     ddp_model = DDP(model, gradient_as_bucket_view=True, bucket_cap_mb=cfg.distributed.bucket_cap_mb)
     ddp_model.register_comm_hook(comm, CommTimer.hook)
     log.info(f"{len(split)} training features, {len(sampler)} steps per epoch, {steps} steps, "
              f"global batch {sampler.global_size} = {train_cfg.batch_size} per rank x {env.world_size} ranks "
              f"x {sampler.accumulation} accumulation")
     state = TrainingState(ddp_model, model, optimizer, scheduler, loader, sampler,
-                          autocast_for(decisions.precision), comm, steps, train_cfg.max_grad_norm)
+                          autocast_for(decisions.precision), comm, steps, train_cfg.max_grad_norm,
+                          train_cfg.log_every, train_cfg.checkpoint_every)
     return state, tokenizer

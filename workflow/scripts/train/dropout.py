@@ -1,0 +1,93 @@
+"""The dropout lever (train.speed.dropout `fast`, train/speed.py): the
+keep-mask from one 32-bit draw per element compared with p x 2^31, instead
+of `bernoulli_`, put in place per model: its nn.Dropout modules, and its
+attention's dropout where the attention is BERT's eager one."""
+
+from __future__ import annotations
+
+import torch
+
+KEEP_SCALE_BITS = 2 ** 31  # random_() on int32 draws uniformly from [0, 2^31)
+
+
+def fast_dropout(input, p: float = 0.5, training: bool = True, inplace: bool = False):
+    """F.dropout with the keep-mask from 32-bit integer draws (same p)."""
+    if not training or p == 0.0:
+        return input
+    if p == 1.0:
+        return input * 0.0
+    draws = torch.empty(input.shape, dtype=torch.int32).random_()
+    # The mask as 0/1 in the input's dtype, written in one pass: CPU kernels
+    # on bool masks (where, masked_fill, casts) are several times slower
+    # than arithmetic on the input's dtype.
+    keep = torch.ge(draws, int(p * KEEP_SCALE_BITS), out=torch.empty(input.shape, dtype=input.dtype))
+    return _KeepScale.apply(input, keep, 1.0 / (1.0 - p))
+
+
+class _KeepScale(torch.autograd.Function):
+    """input x keep x scale in one pass (addcmul, at the dtype's compute
+    precision), forward and backward: bit for bit where(drop, 0, x * scale)."""
+
+    @staticmethod
+    def forward(ctx, input, keep, scale: float):
+        ctx.scale = scale
+        ctx.save_for_backward(keep)
+        return torch.addcmul(input.new_zeros(()), input, keep, value=scale)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (keep,) = ctx.saved_tensors
+        return torch.addcmul(grad.new_zeros(()), grad, keep, value=ctx.scale), None, None
+
+
+class FastDropout(torch.nn.Module):
+    """nn.Dropout's forward with fast_dropout (the same p and inplace)."""
+
+    def __init__(self, p: float = 0.5, inplace: bool = False):
+        super().__init__()
+        self.p, self.inplace = p, inplace
+
+    def forward(self, input):
+        return fast_dropout(input, self.p, self.training, self.inplace)
+
+
+def fast_dropout_modules(model) -> str | None:
+    """Every nn.Dropout of this model (not of the process) draws with
+    fast_dropout, and so does attention where it is ours (`eager_fast`)."""
+    swapped = 0
+    for module in list(model.modules()):
+        for name, child in module.named_children():
+            if type(child) is torch.nn.Dropout:
+                setattr(module, name, FastDropout(child.p, child.inplace))
+                swapped += 1
+    if model.config._attn_implementation == "eager" and type(model).__module__.split(".")[-2] in EAGER_AS_BERT:
+        model.set_attn_implementation(FAST_EAGER)
+    return None if swapped else "the model has no nn.Dropout"
+
+
+# Models whose eager attention is BERT's (scores, mask, softmax, dropout,
+# values); theirs is replaced by the same with fast_dropout.
+EAGER_AS_BERT = ("bert", "roberta", "xlm_roberta", "camembert", "electra", "distilbert", "albert")
+FAST_EAGER = "cpuddp_eager_fast_dropout"
+
+
+def _eager_fast_dropout(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+    """transformers' BERT eager_attention_forward, with fast_dropout."""
+    if scaling is None:
+        scaling = query.size(-1) ** -0.5
+    weights = torch.matmul(query, key.transpose(2, 3)) * scaling
+    if attention_mask is not None:
+        weights = weights + attention_mask
+    weights = fast_dropout(torch.softmax(weights, dim=-1), p=dropout, training=module.training)
+    return torch.matmul(weights, value).transpose(1, 2).contiguous(), weights
+
+
+def _register_attention() -> None:
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, eager_mask
+
+    AttentionInterface.register(FAST_EAGER, _eager_fast_dropout)
+    AttentionMaskInterface.register(FAST_EAGER, eager_mask)  # an additive mask, as eager's
+
+
+_register_attention()
