@@ -98,7 +98,7 @@ def ipex_status(requested) -> tuple[bool, str]:
 def torch_dtype(precision: str):
     import torch
 
-    return torch.bfloat16 if precision == "bf16" else torch.float32
+    return torch.bfloat16 if precision in ("bf16", "bf16_master") else torch.float32
 
 
 def optimize_training(model, optimizer, dtype):

@@ -76,7 +76,9 @@ def accepted_columns(model, columns) -> list[str]:
 
 
 def autocast_for(precision: str):
-    """A context-manager factory: bf16 autocast, or nothing for fp32."""
-    if precision == "bf16":
+    """A context-manager factory: bf16 autocast, or nothing for fp32.
+    A model trained in bf16_master is evaluated as bf16's is (its weights
+    are saved in fp32); its training step uses no autocast (train/master.py)."""
+    if precision in ("bf16", "bf16_master"):
         return lambda: torch.autocast("cpu", dtype=torch.bfloat16)
     return contextlib.nullcontext

@@ -76,6 +76,10 @@ def matmul_gflops(dtype, size: int = 512, seconds: float = 0.3) -> float:
     return 2 * size**3 * count / (time.perf_counter() - start) / 1e9
 
 
+BF16_KINDS = ("bf16", "bf16_master")
+AUTO_BF16 = "bf16"  # what auto picks where bf16 is native and measures faster
+
+
 def choose_precision(requested: str, flags) -> tuple[str, str, dict]:
     """(precision, why, measured GFLOP/s): bf16 only where it is native."""
     import torch
@@ -88,15 +92,15 @@ def choose_precision(requested: str, flags) -> tuple[str, str, dict]:
         native = speed["bf16_gflops"] >= speed["fp32_gflops"]
     if requested == "fp32":
         return "fp32", "requested", speed
-    if requested == "bf16" and not native:
+    if requested in BF16_KINDS and not native:
         raise UserError(
-            "precision bf16 requested but this CPU has no native bf16 (no avx512_bf16/amx_bf16, or measured slower "
-            "than fp32): it would run orders of magnitude slower; set train.precision: fp32 (or auto)"
+            f"precision {requested} requested but this CPU has no native bf16 (no avx512_bf16/amx_bf16, or "
+            "measured slower than fp32): it would run orders of magnitude slower; set train.precision: fp32 (or auto)"
         )
-    if requested == "bf16":
-        return "bf16", "requested", speed
+    if requested in BF16_KINDS:
+        return requested, "requested", speed
     if native:
-        return "bf16", "auto: native bf16 measured faster than fp32", speed
+        return AUTO_BF16, "auto: native bf16 measured faster than fp32", speed
     if speed:  # the flags say native, the measurement says otherwise (a hypervisor, an old torch)
         return "fp32", (f"auto: bf16 measured slower than fp32 here ({speed['bf16_gflops']} against "
                         f"{speed['fp32_gflops']} GFLOP/s), falling back to fp32"), speed

@@ -33,7 +33,7 @@ def train_step(t: TrainingState, micro_batches: list) -> torch.Tensor:
         t.comm.backward(loss)
         total += loss.detach().float()
     if t.max_grad_norm > 0:  # after the last micro-batch's all-reduce: every rank clips the same mean gradient
-        speed.clip_gradients(t.model.parameters(), t.max_grad_norm)
+        speed.clip_gradients(t.clipped_parameters(), t.max_grad_norm)
     t.optimizer.step()
     t.scheduler.step()
     t.optimizer.zero_grad(set_to_none=True)

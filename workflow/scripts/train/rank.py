@@ -133,7 +133,7 @@ def train_and_save(job: Job, env: DistEnv, log, status: logs.RankStatus) -> None
     dist.all_gather_object(gathered, rank_record(env, t.model, decisions.threads_per_process, t.comm))
     if env.is_main:
         record = metrics_record(cfg, decisions, env, progress, t, gathered)
-        model = intel.plain_model(t.model) if decisions.ipex else t.model  # fp32, not IPEX's bf16
+        model = intel.plain_model(t.model) if decisions.ipex else t.saved_model()  # fp32, not bf16
         save_model(model, tokenizer, out_dir / "model")
         write_json(out_dir / "train_metrics.json", record)
         log.info(f"done: {progress.step} steps in {progress.seconds:.1f}s, "
