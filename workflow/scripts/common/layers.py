@@ -27,16 +27,25 @@ def profile_arg(argv: list[str], environ) -> str | None:
     return found
 
 
+def profile_file(profile: str) -> Path | None:
+    """A profile's YAML, where Snakemake looks: the path given, else a
+    folder of that name in the user's or the system's snakemake folder."""
+    homes = [Path(profile)] + [Path(d).expanduser() / profile for d in ("~/.config/snakemake", "/etc/xdg/snakemake")]
+    for home in homes:
+        if home.is_file():
+            return home
+        found = [home / name for name in ("profile.yaml", "config.yaml") if (home / name).is_file()]
+        if found:
+            return found[0]
+    return None
+
+
 def profile_cluster(profile: str | None) -> str | None:
     """The `cluster=` entry of a profile's `config:` list (None without one)."""
-    if not profile:
+    path = profile_file(profile) if profile else None
+    if path is None:
         return None
-    from snakemake.cli import get_profile_dir
-
-    entry = get_profile_dir(profile)
-    if entry is None:
-        return None
-    settings = yaml.safe_load(Path(entry[1]).read_text()) or {}
+    settings = yaml.safe_load(path.read_text()) or {}
     for item in settings.get("config") or []:
         key, _, value = str(item).partition("=")
         if key.strip() == "cluster":
