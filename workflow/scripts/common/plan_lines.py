@@ -32,6 +32,7 @@ def run_line(name: str, run: dict, results: str, cluster: str | None, base: Path
     dist = run["distributed"]
     threads = dist["threads_per_process"]
     threads = f"{threads} thread(s) per rank" if isinstance(threads, int) else f"threads {threads} (cores / ranks)"
+    machines = os.path.relpath(cluster) if cluster else "config.yaml (no cluster file)"
     return (f"cpuddp run {name}: {where(dist, base)}, {dist['processes_per_node']} rank(s) per node, {threads}, "
             f"backend {dist['backend']}, MPI {dist['mpi']}, precision {PRECISION[run['train']['precision']]}; "
-            f"machines from {os.path.relpath(cluster) if cluster else 'config.yaml (no cluster file)'}; results in {results}/{name}/")
+            f"machines from {machines}; results in {results}/{name}/")
