@@ -1,10 +1,12 @@
 # cpuddp: fine-tune Hugging Face models with DDP on CPU machines.
 # Wiring only: the rules live in workflow/rules, the code in workflow/scripts.
 import os
+import sys
 
 from snakemake.utils import min_version
 
 from workflow.scripts.common.hostfile import cluster_file
+from workflow.scripts.common.layers import CLUSTER_ENV, cluster_of
 
 min_version("9.0")
 
@@ -14,9 +16,15 @@ configfile: os.path.join(workflow.basedir, "config.yaml")
 
 # A profile's cluster file (profiles/xeon, profiles/slurm) comes after
 # config.yaml but before experiment files and --config, which override it.
-if config.get("cluster"):
+# A --config on the command line replaces the profile's `config:` list, so the
+# profile is also read directly; jobs get the file through the environment.
+CLUSTER = cluster_of(config, sys.argv)
+if CLUSTER:
+    os.environ[CLUSTER_ENV] = CLUSTER
 
-    configfile: cluster_file(config["cluster"], workflow.basedir)
+    configfile: cluster_file(CLUSTER, workflow.basedir)
+
+    config["cluster"] = cluster_file(CLUSTER, workflow.basedir)
 
 
 include: "workflow/rules/common.smk"

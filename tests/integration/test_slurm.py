@@ -293,3 +293,27 @@ def test_requests_over_the_partition_limits_are_refused_at_submission(cluster, t
         argv = snakemake(cluster, tmp_path, configfile, target, "--set-resources", f"environment_check:{resource}")
         out = finish(start(argv))
         assert "SLURM sbatch failed" in out and any(r in out for r in reasons), explain(out)
+
+
+def test_auto_threads_are_the_jobs_cpus_per_task(tmp_path):
+    """`threads_per_process: auto` under profiles/slurm (demo-news leaves it
+    to the profile) is cluster.yaml's number, which sizes --cpus-per-task;
+    a --config on the command line keeps the profile's cluster. A dry run:
+    the plan is what Slurm would be asked for."""
+    argv = [str(BIN / "snakemake"), "--snakefile", str(REPO / "Snakefile"), "--directory", str(tmp_path),
+            "--profile", str(REPO / "profiles" / "slurm"), "-n", "--config", "train={epochs: 1}",
+            "--configfile", str(REPO / "experiments" / "demo-news.yaml")]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=REPO,
+                          env={**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"})
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out[-3000:]
+    threads = yaml_threads(REPO / "profiles" / "slurm" / "cluster.yaml")
+    assert f"{threads} thread(s) per rank" in out and "profiles/slurm/cluster.yaml" in out
+    train = out[out.index("rule train_ddp"):]
+    assert f"cpus_per_task={threads}" in train[:train.index("\n\n")]
+
+
+def yaml_threads(path: Path) -> int:
+    import yaml
+
+    return yaml.safe_load(path.read_text())["distributed"]["threads_per_process"]

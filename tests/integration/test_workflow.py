@@ -152,8 +152,14 @@ def test_default_config_without_network_says_what_to_do(tmp_path):
 
 @pytest.mark.parametrize("experiment", sorted((REPO / "experiments").glob("*.yaml")), ids=lambda p: p.name)
 def test_every_experiment_dry_runs(tmp_path, experiment):
+    """Each under a cluster of 8 nodes of 64 threads (the machines are the
+    profile's; here given on the command line), with the files it reads."""
     (tmp_path / "hostfile").write_text("".join(f"node{i}\n" for i in range(1, 9)))
-    done = snakemake(tmp_path, None, "--dry-run", "--configfile", str(experiment))
+    for name in ("train-v1.1", "dev-v1.1", "train-v2.0", "dev-v2.0"):
+        (tmp_path / "data/squad").mkdir(parents=True, exist_ok=True)
+        (tmp_path / f"data/squad/{name}.json").write_text("{}")
+    machines = "distributed={hostfile: hostfile, threads_per_process: 64}"
+    done = snakemake(tmp_path, None, "--dry-run", "--config", machines, "--configfile", str(experiment))
     assert "summary.json" in done.stdout + done.stderr
 
 

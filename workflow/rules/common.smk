@@ -5,6 +5,7 @@ import re
 import sys
 
 from workflow.scripts.common import config as cfg
+from workflow.scripts.common.plan_lines import run_line
 from workflow.scripts.common import stages
 from workflow.scripts.common.snakemake_env import prepare_job_environment
 from workflow.scripts.launch import resources
@@ -20,6 +21,10 @@ EXP = CONFIG["experiment"]
 RESULTS = f"results/{EXP}"
 RUNS = cfg.runs(CONFIG)
 FIRST_RUN = next(iter(RUNS))  # the baseline of a sweep
+# Before Snakemake's plan: one line per run, where and how it runs.
+if workflow.is_main_process:
+    for name, run in RUNS.items():
+        print(run_line(name, run, RESULTS, CONFIG.get("cluster")), file=sys.stderr)
 # The rules that launch ranks on the nodes (Slurm submits only these).
 MPI_RULES = ("environment_check", "train_ddp", "setup_nodes")
 

@@ -17,6 +17,8 @@ import yaml
 
 from workflow.scripts.common.errors import UserError
 from workflow.scripts.common.hostfile import check_nodes
+from workflow.scripts.common.layers import coerce
+from workflow.scripts.common.recipe import RecipeError, apply_required_threads, with_task_defaults
 from workflow.scripts.common.tasks import formats_for, get_task
 
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "schemas" / "config.schema.yaml"
@@ -52,7 +54,7 @@ def _describe(error: jsonschema.ValidationError) -> str:
     schema = error.schema
     if error.validator == "additionalProperties":
         allowed = ", ".join(sorted(schema.get("properties", {})))
-        return f"unknown key '{key}'; allowed here: {allowed}"
+        return f"unknown key '{key}'; allowed here: {allowed}{_nested_hint(schema, key)}"
     if error.validator == "required":
         return f"{key}: {error.message}"
     if "enum" in schema:
@@ -61,6 +63,16 @@ def _describe(error: jsonschema.ValidationError) -> str:
     if error.validator == "oneOf":
         return f"{key}: {error.instance!r} is not allowed; use a positive integer, 'auto' or 'tuned'"
     return f"{key}: {error.message}"
+
+
+def _nested_hint(schema: dict, key: str) -> str:
+    """A section's key given at the top level (`--config epochs=1`): name the form that works."""
+    if "." in key:
+        return ""
+    for section, sub in schema.get("properties", {}).items():
+        if key in sub.get("properties", {}):
+            return f"; {key} is in section {section}: --config '{section}={{{key}: VALUE}}'"
+    return ""
 
 
 def _fill_defaults(schema: dict, value):
@@ -81,6 +93,7 @@ def validate(config: dict) -> dict:
     if not isinstance(config, dict):
         raise ConfigError("configuration must be a mapping of keys to values")
     schema = load_schema()
+    config = coerce(schema, config)
     errors = sorted(
         jsonschema.Draft202012Validator(schema).iter_errors(config),
         key=lambda e: (len(list(e.absolute_path)), list(map(str, e.absolute_path))),
@@ -88,6 +101,10 @@ def validate(config: dict) -> dict:
     if errors:
         raise ConfigError(f"config error: {_describe(errors[0])}")
     config = _fill_defaults(schema, config)
+    try:
+        with_task_defaults(config)
+    except RecipeError as err:
+        raise ConfigError(f"config error: {err}") from None
     _check_consistency(config)
     return config
 
@@ -200,14 +217,26 @@ def check_hostfile(config: dict, base: Path = Path(".")) -> None:
         raise ConfigError(f"config error: {err}") from None
 
 
+def cluster_threads(config: dict):
+    """distributed.threads_per_process of the profile's cluster file (None without one)."""
+    path = config.get("cluster")
+    if not path or not Path(path).is_file():
+        return None
+    return ((yaml.safe_load(Path(path).read_text()) or {}).get("distributed") or {}).get("threads_per_process")
+
+
 def check_slurm_threads(config: dict) -> None:
     """Slurm fixes --cpus-per-task when the job is submitted, before any
-    node is seen: `auto` and `tuned` cannot size it."""
-    threads = config["sweep"].get("threads_per_process", [config["distributed"]["threads_per_process"]])
-    for value in threads:
+    node is seen: `auto` there is the cluster file's number (the job's
+    --cpus-per-task); `tuned` cannot size it."""
+    dist, fixed = config["distributed"], cluster_threads(config)
+    if dist["threads_per_process"] == "auto" and isinstance(fixed, int):
+        dist["threads_per_process"] = fixed
+    for value in config["sweep"].get("threads_per_process", [dist["threads_per_process"]]):
         if not isinstance(value, int):
             raise ConfigError(f"config error: distributed.threads_per_process is {value}, but with launcher srun "
-                              "(profiles/slurm) Slurm allocates --cpus-per-task at submission; set a number: "
+                              "Slurm allocates --cpus-per-task at submission; set a number in the profile's "
+                              f"cluster file ({config.get('cluster') or 'profiles/slurm/cluster.yaml'}): "
                               "your nodes' cores / processes_per_node")
 
 
@@ -215,6 +244,12 @@ def load_config(config: dict, base: Path = Path(".")) -> dict:
     """Everything the Snakefile needs: validated config and its runs."""
     config = validate(config)
     check_data_files(config, base)
+    if config["distributed"]["launcher"] == "srun":
+        check_slurm_threads(config)  # `auto` becomes the cluster's cpus-per-task first
+    try:
+        apply_required_threads(config)
+    except RecipeError as err:
+        raise ConfigError(f"config error: {err}") from None
     check_hostfile(config, base)
     config["model"] = resolve_model(config["model"])
     return config

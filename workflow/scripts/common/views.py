@@ -121,6 +121,8 @@ class DistributedSettings(_View):
     hostfile: str | None = None
     nodes: int = 1
     processes_per_node: int = 2
+    required_threads_per_process: int | None = None
+    """A published recipe's threads per rank, already put into threads_per_process."""
     threads_per_process: int | str = "auto"
     timeout_minutes: float = 10
     bucket_cap_mb: float = 25
