@@ -6,6 +6,7 @@ import sys
 
 from workflow.scripts.common import config as cfg
 from workflow.scripts.common import stages
+from workflow.scripts.common.model_copy import fetched_dir, is_hub_id
 from workflow.scripts.common.snakemake_env import prepare_job_environment
 from workflow.scripts.launch import resources
 
@@ -54,6 +55,11 @@ def run_dirs():
 
 def local_data_files(wildcards):
     return list(cfg.data_files(CONFIG).values())
+
+
+def fetched_model(wildcards):
+    """The fetched copy of a Hub model (rule data_fetch_model); nothing for a local one."""
+    return [fetched_dir(EXP)] if is_hub_id(CONFIG["model"]) else []
 
 
 def tuned_layout(wildcards):
