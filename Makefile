@@ -56,7 +56,7 @@ compare: venv
 	@test -n "$(A)" || { echo "usage: make compare A=<experiment> [B=<experiment>]" >&2; exit 2; }
 	$(BIN)/python -m workflow.scripts.report.compare --cluster-profile $(PROFILE) $(A) $(B)
 
-# The scaling plan of an experiment (README, Scaling): one node's step
+# The scaling plan of an experiment (docs/scaling-plan.md): one node's step
 # measured here once (results/<EXP>/plan/profile.json; delete it to measure
 # again), then the prediction for 1-64 nodes, each lever and the experiment's
 # plan.bandwidth_gbit networks (table, recommendation, chart):
@@ -84,7 +84,7 @@ bench: venv
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m bench.startup
 	$(MAKE) --no-print-directory bench-quant
 
-# INT8 and inference on this CPU (README, Static INT8 quantization): eager fp32,
+# INT8 and inference on this CPU (docs/int8-and-deploy.md): eager fp32,
 # OpenVINO fp32 and int8, dynamic shapes and buckets, side by side, the CPU's
 # model and int8/bf16 flags beside every figure; the demo's model is trained
 # first when missing. Another model: make bench-quant QUANT_ARGS="--model M --data D --task T"

@@ -21,7 +21,7 @@ HUB_ID = "cpuddp-test/tiny-bert"
 
 
 def prefetched_cache(hf_home: Path, model_dir: Path) -> None:
-    """The Hub cache layout `huggingface-cli download` leaves: refs/main -> snapshot."""
+    """The Hub cache layout `hf download` leaves: refs/main -> snapshot."""
     repo = hf_home / "hub" / ("models--" + HUB_ID.replace("/", "--"))
     commit = "0" * 40
     shutil.copytree(model_dir, repo / "snapshots" / commit)

@@ -51,7 +51,7 @@ def test_offline_hub_is_one_line_naming_the_cache_and_the_docs(tmp_path, monkeyp
         fetch_model.fetch("org/tiny-bert", tmp_path / "model")
     message = str(err.value)
     assert "\n" not in message and "org/tiny-bert" in message
-    assert "HF_HOME" in message and "huggingface-cli download org/tiny-bert" in message
+    assert "HF_HOME" in message and "hf download org/tiny-bert" in message
     assert "docs/clusters.md, Nodes without internet" in message
     assert not (tmp_path / "model").exists()
 

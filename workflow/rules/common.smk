@@ -111,7 +111,7 @@ def runtime_evaluations(wildcards):
     return [f"{RESULTS}/{run}/eval_runtimes.json" for run in RUNS if quantizing(run)]
 
 
-# The scaling plan (README, Scaling): the run with the most nodes is where
+# The scaling plan (docs/scaling-plan.md): the run with the most nodes is where
 # the network between the nodes is measured.
 WIDEST_RUN = max(RUNS, key=lambda r: RUNS[r]["distributed"]["nodes"])
 

@@ -1,7 +1,7 @@
 """Fetch a Hub model once, on the launch node (or the Slurm login node),
 into a folder the ranks load with the Hub offline (common/model_copy.py).
 It goes through the Hugging Face cache (HF_HOME), so a model pre-fetched
-there (`huggingface-cli download <id>`) is copied without the network.
+there (`hf download <id>`) is copied without the network.
 
     python -m workflow.scripts.data.fetch_model --model ID --out results/<experiment>/data/model
 """
@@ -19,7 +19,7 @@ from workflow.scripts.common.errors import UserError
 # Config, safetensors weights and tokenizer files: no pickle weights (unsafe)
 # and no TensorFlow / Flax / ONNX copies, which the ranks never read.
 FILES = ["*.json", "*.safetensors", "*.txt", "*.model", "*.tiktoken", "*.py"]
-HINT = ("where the nodes have no internet, pre-fetch it on a node that has (`huggingface-cli download {model}`, "
+HINT = ("where the nodes have no internet, pre-fetch it on a node that has (`hf download {model}`, "
         "into the same HF_HOME) or set model: to a local folder (see docs/clusters.md, Nodes without internet)")
 
 

@@ -33,8 +33,8 @@ def versions() -> dict:
 
 
 def ccl_pays(ranks_per_node: int, nodes: int) -> tuple[bool, str]:
-    """Where oneCCL's all-reduce measured faster than gloo's (README, Intel
-    stack, `make bench-comm`): between ranks that share a node's memory."""
+    """Where oneCCL's all-reduce measured faster than gloo's (docs/intel-stack.md,
+    Measured; `make bench-comm`): between ranks that share a node's memory."""
     if ranks_per_node * nodes == 1:
         return False, "one rank has nothing to all-reduce"
     if ranks_per_node > 1:

@@ -8,7 +8,7 @@ recommendation for a target efficiency, a table and a chart.
 
 C is the plan's configuration slice or an experiment file: its `plan`
 section gives the defaults of the options, its published figures are drawn
-beside the prediction. The model: scaling_model.py and README, Scaling.
+beside the prediction. The model: scaling_model.py and docs/scaling-plan.md, The model.
 """
 
 from __future__ import annotations
