@@ -98,7 +98,8 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--profile", required=True, help="profile.json of train/profile.py")
     parser.add_argument("--config", help="the plan's configuration slice (JSON) or an experiment file")
-    parser.add_argument("--cluster-profile", help="a profile folder (make's PROFILE): its cluster file under the experiment")
+    parser.add_argument("--cluster-profile",
+                        help="a profile folder (make's PROFILE): its cluster file under the experiment")
     parser.add_argument("--network", help="network.json of train/network.py (measured all-reduce times)")
     parser.add_argument("--bandwidth-gbit", dest="bandwidth_gbit", type=float, nargs="+")
     parser.add_argument("--latency-us", dest="latency_us", type=float)

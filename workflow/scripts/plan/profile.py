@@ -184,7 +184,8 @@ def profile(config: PlanView | dict, environment: str | None, steps: int, warmup
 
 def main(argv=None) -> None:
     parser = step.parser(__doc__)
-    parser.add_argument("--cluster-profile", help="a profile folder (make's PROFILE): its cluster file under the experiment")
+    parser.add_argument("--cluster-profile",
+                        help="a profile folder (make's PROFILE): its cluster file under the experiment")
     parser.add_argument("--environment", help="environment.json of the run (its precision and threads)")
     parser.add_argument("--out", required=True)
     parser.add_argument("--steps", type=int, default=6)
@@ -192,7 +193,8 @@ def main(argv=None) -> None:
     parser.add_argument("--barrier", help="folder where --parties profiles meet to start together")
     parser.add_argument("--parties", type=int, default=1)
     args = parser.parse_args(argv)
-    result = profile(load(args.config, args.cluster_profile), args.environment, args.steps, args.warmup, args.barrier, args.parties)
+    config = load(args.config, args.cluster_profile)
+    result = profile(config, args.environment, args.steps, args.warmup, args.barrier, args.parties)
     write_json(args.out, result)
     print(f"profile: {result['model']}, batch {result['batch_size']} x {result['seq_len']} tokens, "
           f"{result['threads']} thread(s), {result['precision']}: forward {result['forward']:.3f} s, backward "

@@ -204,7 +204,8 @@ def main(argv=None) -> None:
     parser.add_argument("b", nargs="?", help="the second experiment (optional)")
     parser.add_argument("--results", default="results", help="results root (default: results)")
     parser.add_argument("--out", help="also write the table to this file")
-    parser.add_argument("--cluster-profile", help="a profile folder (make's PROFILE): its cluster file under each experiment")
+    parser.add_argument("--cluster-profile",
+                        help="a profile folder (make's PROFILE): its cluster file under each experiment")
     args = parser.parse_args(argv)
     results = Path(args.results)
     a = load_side(args.a, results, profile=args.cluster_profile)
