@@ -38,10 +38,15 @@ demo: venv
 	@echo "Summary: results/demo/summary.json"
 	@echo "Report:  results/demo/report.html"
 
+# The profile that report, plan and compare read the experiment under (its cluster
+# file): on a Slurm login node, make report PROFILE=profiles/slurm EXP=... needs
+# no hostfile.
+PROFILE ?= profiles/local
+
 # The HTML report of an experiment that has run: make report EXP=demo-sweep
 EXP ?= demo
 report: venv
-	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/snakemake --profile profiles/local --configfile experiments/$(EXP).yaml \
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/snakemake --profile $(PROFILE) --configfile experiments/$(EXP).yaml \
 		--report results/$(EXP)/report.html
 	@echo "Report: results/$(EXP)/report.html"
 
@@ -49,9 +54,9 @@ report: venv
 # make compare A=blog-mrpc-nodes [B=other-experiment]
 compare: venv
 	@test -n "$(A)" || { echo "usage: make compare A=<experiment> [B=<experiment>]" >&2; exit 2; }
-	$(BIN)/python -m workflow.scripts.report.compare $(A) $(B)
+	$(BIN)/python -m workflow.scripts.report.compare --cluster-profile $(PROFILE) $(A) $(B)
 
-# The scaling plan of an experiment (README, Scaling): one node's step
+# The scaling plan of an experiment (docs/scaling-plan.md): one node's step
 # measured here once (results/<EXP>/plan/profile.json; delete it to measure
 # again), then the prediction for 1-64 nodes, each lever and the experiment's
 # plan.bandwidth_gbit networks (table, recommendation, chart):
@@ -61,12 +66,12 @@ compare: venv
 PLAN_ARGS ?=
 plan: venv results/$(EXP)/plan/profile.json
 	$(BIN)/python -m workflow.scripts.plan.plan --profile results/$(EXP)/plan/profile.json \
-		--config experiments/$(EXP).yaml --out-dir results/$(EXP)/plan $(PLAN_ARGS)
+		--config experiments/$(EXP).yaml --cluster-profile $(PROFILE) --out-dir results/$(EXP)/plan $(PLAN_ARGS)
 
 results/%/plan/profile.json:
 	@test -f experiments/$*.yaml || { echo "make plan: no experiments/$*.yaml (EXP=<experiment name>)" >&2; exit 2; }
 	mkdir -p $(@D)
-	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m workflow.scripts.plan.profile --config experiments/$*.yaml --out $@
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m workflow.scripts.plan.profile --config experiments/$*.yaml --cluster-profile $(PROFILE) --out $@
 
 clean:
 	rm -rf results logs .snakemake
@@ -79,7 +84,7 @@ bench: venv
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m bench.startup
 	$(MAKE) --no-print-directory bench-quant
 
-# INT8 and inference on this CPU (README, Static INT8 quantization): eager fp32,
+# INT8 and inference on this CPU (docs/int8-and-deploy.md): eager fp32,
 # OpenVINO fp32 and int8, dynamic shapes and buckets, side by side, the CPU's
 # model and int8/bf16 flags beside every figure; the demo's model is trained
 # first when missing. Another model: make bench-quant QUANT_ARGS="--model M --data D --task T"

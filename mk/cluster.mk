@@ -36,7 +36,7 @@ test-slurm: need-root need-debs venv
 test-slurm-time-limit: need-root need-debs venv
 	PATH=$(CURDIR)/$(BIN):$$PATH timeout 1800 $(BIN)/python -m pytest -q -s tests/integration/test_slurm_time_limit.py
 
-# The shaped-network test cluster (README, Scaling): 4 test hosts whose links
+# The shaped-network test cluster (docs/scaling-plan.md, Measured on the shaped test cluster): 4 test hosts whose links
 # get a bandwidth (tc tbf) and, where the kernel has sch_netem, a latency; the
 # all-reduce measured against bytes, hosts and bandwidth, and the scaling
 # plan checked against real DDP runs on 2, 3 and 4 hosts (within 15%).

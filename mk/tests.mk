@@ -1,4 +1,4 @@
-# Tests, in lanes (docs/getting-started.md, Tests):
+# Tests, in lanes (docs/getting-started.md, Development and tests):
 #   make test-fast         tests/unit: no processes, no training (about 30 s)
 #   make test-integration  tests/integration: real ranks, workflow runs, every MPI,
 #                          namespace hosts, a real Slurm cluster (root, `make ci-deps`)

@@ -147,7 +147,9 @@ def test_default_config_without_network_says_what_to_do(tmp_path):
                           timeout=300)
     assert done.returncode != 0
     log = (tmp_path / "logs/data_load/mrpc.log").read_text()
-    assert "set data.train and data.validation to local files, or run `make demo`" in log.strip().splitlines()[-1]
+    last = log.strip().splitlines()[-1]
+    assert "set data.train, data.validation, data.format (format one of glue_tsv" in last  # format named too
+    assert "or run `make demo`" in last
 
 
 @pytest.mark.parametrize("experiment", sorted((REPO / "experiments").glob("*.yaml")), ids=lambda p: p.name)

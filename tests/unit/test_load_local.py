@@ -281,8 +281,9 @@ def test_hub_failures_become_one_clear_line(monkeypatch, error):
         ll.load_hub(get_task("mrpc"))
     assert one_line(err) == (
         "cannot download nyu-mll/glue/mrpc from the Hugging Face Hub (no"
-        " network?): set data.train and data.validation to local files, or"
-        " run `make demo` for the offline demo")
+        " network?): set data.train, data.validation, data.format (format one of"
+        " glue_tsv csv tsv jsonl parquet squad_json) for local files (see"
+        " docs/tasks.md, Data), or run `make demo` for the offline demo")
     assert err.value.__cause__ is error
 
 

@@ -7,6 +7,7 @@ import sys
 from workflow.scripts.common import config as cfg
 from workflow.scripts.common.plan_lines import run_line
 from workflow.scripts.common import stages
+from workflow.scripts.common.model_copy import fetched_dir, is_hub_id
 from workflow.scripts.common.snakemake_env import prepare_job_environment
 from workflow.scripts.launch import resources
 
@@ -61,6 +62,11 @@ def local_data_files(wildcards):
     return list(cfg.data_files(CONFIG).values())
 
 
+def fetched_model(wildcards):
+    """The fetched copy of a Hub model (rule data_fetch_model); nothing for a local one."""
+    return [fetched_dir(EXP)] if is_hub_id(CONFIG["model"]) else []
+
+
 def tuned_layout(wildcards):
     """The tuning result, a real input of runs with `threads_per_process: tuned`."""
     if RUNS[wildcards.run]["distributed"]["threads_per_process"] == "tuned":
@@ -110,7 +116,7 @@ def runtime_evaluations(wildcards):
     return [f"{RESULTS}/{run}/eval_runtimes.json" for run in RUNS if quantizing(run)]
 
 
-# The scaling plan (README, Scaling): the run with the most nodes is where
+# The scaling plan (docs/scaling-plan.md): the run with the most nodes is where
 # the network between the nodes is measured.
 WIDEST_RUN = max(RUNS, key=lambda r: RUNS[r]["distributed"]["nodes"])
 

@@ -35,10 +35,29 @@ rule data_load:
         "python -m workflow.scripts.data.load --config {input.cfg} --out {output} 2> {log}"
 
 
+# A Hub model is fetched once here, on the launch (or Slurm login) node,
+# through the Hugging Face cache (HF_HOME); tokenizer and ranks read this
+# copy with the Hub offline. A local folder or pkg: model is used in place.
+if is_hub_id(CONFIG["model"]):
+
+    rule data_fetch_model:
+        output:
+            directory("results/{experiment}/data/model"),
+        log:
+            "logs/data_fetch_model/{experiment}.log",
+        conda:
+            "../../envs/cpuddp.yaml"
+        params:
+            model=CONFIG["model"],
+        shell:
+            "python -m workflow.scripts.data.fetch_model --model {params.model} --out {output} 2> {log}"
+
+
 rule data_tokenize:
     input:
         cfg="results/{experiment}/config/tokenize.json",
         raw="results/{experiment}/data/raw",
+        model=fetched_model,
     output:
         directory("results/{experiment}/data/tokenized"),
     log:

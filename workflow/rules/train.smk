@@ -7,6 +7,8 @@ rule train_ddp:
         cfg="results/{experiment}/{run}/config/train.json",
         env="results/{experiment}/{run}/environment.json",
         data="results/{experiment}/data/tokenized",
+        # the model's local copy (a Hub id fetched once by data_fetch_model)
+        model=fetched_model,
     output:
         model=directory("results/{experiment}/{run}/model"),
         metrics="results/{experiment}/{run}/train_metrics.json",
@@ -52,6 +54,7 @@ rule tune_layout:
     input:
         cfg=f"{RESULTS}/{FIRST_RUN}/config/train.json",
         data="results/{experiment}/data/tokenized",
+        model=fetched_model,
     output:
         "results/{experiment}/tune/layout.json",
     log:

@@ -39,7 +39,7 @@ def check_ipex_pair(torch_version: str, ipex_version: str) -> None:
     fixes = f"pip install torch=={need}.0"
     if _version_tuple(torch_version) <= _version_tuple(IPEX_LAST):
         fixes += f" or pip install {IPEX_PACKAGE}=={major_minor(torch_version)}.*"
-    raise UserError(f"{found}: {fixes} (README, Intel stack), or set train.ipex: false")
+    raise UserError(f"{found}: {fixes} (see docs/intel-stack.md, Version pairing), or set train.ipex: false")
 
 
 def check_pairing(versions: dict, ipex: bool = True, ccl: bool = True) -> None:
@@ -69,7 +69,8 @@ def _import_ipex():
     except (Exception, SystemExit) as err:  # a broken build can exit, not raise
         raise UserError(f"{IPEX_MODULE} does not import on {socket.gethostname()} "
                         f"({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}); "
-                        f"install {IPEX_PACKAGE}=={IPEX_LAST} with torch==2.8.0 (README, Intel stack) "
+                        f"install {IPEX_PACKAGE}=={IPEX_LAST} with torch==2.8.0 "
+                        "(see docs/intel-stack.md, Version pairing) "
                         "or set train.ipex: false") from err
     return ipex
 
@@ -82,7 +83,8 @@ def ipex_status(requested) -> tuple[bool, str]:
     if version is None:
         if requested is True:
             raise UserError(f"train.ipex is true but {IPEX_PACKAGE} is not installed: "
-                            f"pip install torch==2.8.0 {IPEX_PACKAGE}=={IPEX_LAST} (README, Intel stack), "
+                            f"pip install torch==2.8.0 {IPEX_PACKAGE}=={IPEX_LAST} "
+                            "(see docs/intel-stack.md, Version pairing), "
                             "or set train.ipex: auto")
         return False, f"auto: {IPEX_MODULE} not installed"
     try:

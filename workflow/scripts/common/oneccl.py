@@ -43,7 +43,7 @@ CCL_PAIRS = {
     "1.10": "1.10.0",
 }
 BUILD_HINT = ("build it from source for torch 2.8: make intel-venv, or envs/torch-ccl/build.py "
-              "(README, Intel stack: oneCCL bindings)")
+              "(see docs/intel-stack.md, Install)")
 
 
 def release(version: str) -> str:
@@ -83,7 +83,8 @@ def ccl_install_hint(torch_version: str | None) -> str:
                 f"intel/torch-ccl 1fc0c38, targets torch 2.8): use torch==2.8.0 and {BUILD_HINT}")
     if CCL_PAIRS[key] == SOURCE_BUILD:
         return f"no {CCL_PACKAGE} wheel exists for torch {key}: {BUILD_HINT}"
-    return f"pip install {CCL_PACKAGE}=={CCL_PAIRS[key]} --extra-index-url {CCL_INDEX} (README, Intel stack)"
+    return (f"pip install {CCL_PACKAGE}=={CCL_PAIRS[key]} --extra-index-url {CCL_INDEX} "
+            "(see docs/intel-stack.md, Install)")
 
 
 # ---------------------------------------------------------------- where it is

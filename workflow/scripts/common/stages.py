@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 
+from workflow.scripts.common.model_copy import local_model
+
 SHARED_STAGES = ("data", "tokenize", "report", "plan")  # one per experiment
 RUN_STAGES = ("environment", "train", "evaluate", "convert", "quantize", "runtimes")  # one per run of a sweep
 # The gates are not what quantize_static depends on: changing them reruns evaluate_runtimes only.
@@ -20,15 +22,17 @@ def pick(source: dict, *keys: str) -> dict:
 def stage_config(stage: str, config: dict) -> dict:
     """The slice of `config` (the experiment's, or one run's) that `stage` reads."""
     model = pick(config, "task", "model", "trust_remote_code")
+    # Tokenizer and ranks read the local copy (a Hub id is fetched once by data_fetch_model).
+    local = {**model, "model": local_model(config)} if "model" in config else model
     slices = {
         "data": lambda: {"task": config["task"], "data": data_slice(config)},
-        "tokenize": lambda: {**model, "train": pick(config["train"], "max_seq_length", "doc_stride")},
+        "tokenize": lambda: {**local, "train": pick(config["train"], "max_seq_length", "doc_stride")},
         "report": lambda: {k: config.get(k) for k in ("experiment", "task", "model", "published")},
         "plan": lambda: {**model, **{k: config.get(k) for k in ("experiment", "published", "sweep", "plan")},
                          "train": config["train"], "distributed": config["distributed"]},
         "environment": lambda: {"distributed": config["distributed"],
                                 "train": pick(config["train"], "precision", "ipex", "speed")},
-        "train": lambda: {**model, "train": config["train"], "distributed": config["distributed"]},
+        "train": lambda: {**local, "train": config["train"], "distributed": config["distributed"]},
         "evaluate": lambda: {"task": config["task"], "evaluation": config["evaluation"]},
         "convert": lambda: {"task": config["task"]},
         "quantize": lambda: {"task": config["task"], "quantization": {

@@ -9,6 +9,7 @@ from workflow.scripts.common import step
 from workflow.scripts.common import tasks
 from workflow.scripts.common.atomic import atomic_dir
 from workflow.scripts.common.views import DataView
+from workflow.scripts.data.hub_check import require_hub
 from workflow.scripts.data.sources import load_hub, load_local
 
 datasets.disable_progress_bars()
@@ -18,10 +19,13 @@ def load(config: DataView | dict):
     """Local files when the config names them, else the Hub."""
     config = DataView.pick(config)
     task = tasks.get_task(config.task)
+    if config.data and getattr(config.data, "dataset", None):
+        require_hub(task, f"dataset {config.data.dataset!r}")
     if config.data:
         keys = ("train", "validation", "validation_mismatched")
         files = {k: getattr(config.data, k) for k in keys if getattr(config.data, k)}
         return load_local(task, files, config.data.format, config.data)
+    require_hub(task, "/".join(filter(None, (task.hub_path, task.hub_config))))
     return load_hub(task)
 
 

@@ -21,6 +21,7 @@ import datasets
 
 from workflow.scripts.common.tasks import Task, formats_for, with_labels
 from workflow.scripts.data import own
+from workflow.scripts.data import hub_check
 from workflow.scripts.data.errors import (DataError, DataFormatError, HubUnavailableError,
                                           MissingDataFileError)
 from workflow.scripts.data.readers import FORMATS, SQUAD_COLUMNS, read_columns
@@ -137,9 +138,8 @@ def load_hub(task: Task) -> datasets.DatasetDict:
     except _network_errors() as err:
         name = "/".join(filter(None, (task.hub_path, task.hub_config)))
         raise HubUnavailableError(
-            f"cannot download {name} from the Hugging Face Hub (no network?):"
-            " set data.train and data.validation to local files, or run"
-            " `make demo` for the offline demo") from err
+            f"cannot download {name} from the Hugging Face Hub (no network?): "
+            + hub_check.local_files_hint(task)) from err
     columns = list(features(task))
     return datasets.DatasetDict({
         split: raw[split].select_columns(columns)

@@ -5,7 +5,7 @@ quantized by NNCF: activation ranges come from N training samples, every
 Linear layer gets INT8 weights (per channel) and INT8 activations (per
 tensor), and the result is saved as OpenVINO IR (`openvino_model.xml/.bin`,
 the layout optimum-intel also reads) beside the tokenizer and config.json.
-README, Quantization has the measurements behind this choice.
+docs/performance.md, Inference and INT8 has the measurements behind this choice.
 
 The step then loads the artifact back from disk and requires its outputs on
 the evaluation set to equal the in-memory quantized model's, and checks that

@@ -8,7 +8,7 @@ sees a handful of fixed shapes. Padding is masked, so the outputs are those
 of the real tokens; QA logits are cut back to the real length.
 
 Which one pays depends on the CPU and the model: evaluate_runtimes measures
-both side by side and keeps the faster (README, Static INT8 quantization).
+both side by side and keeps the faster (docs/int8-and-deploy.md, Fixed shapes or dynamic shapes).
 """
 
 from __future__ import annotations

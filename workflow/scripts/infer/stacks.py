@@ -152,7 +152,8 @@ def _require_ipex():
     found = intel.installed_versions()
     if not found[intel.IPEX_MODULE]:
         raise UserError(f"quantization.stack ipex needs {intel.IPEX_PACKAGE}, which is not installed: "
-                        f"pip install torch==2.8.0 {intel.IPEX_PACKAGE}=={intel.IPEX_LAST} (README, Intel stack), "
+                        f"pip install torch==2.8.0 {intel.IPEX_PACKAGE}=={intel.IPEX_LAST} "
+                        "(see docs/intel-stack.md, Version pairing), "
                         "or set quantization.stack: openvino")
     intel.check_pairing(found, ipex=True, ccl=False)
     return intel._import_ipex()

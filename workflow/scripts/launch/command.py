@@ -130,7 +130,9 @@ def rank_env(info: dict, extra: dict, addr: str, port: int) -> dict:
     """Variables every training rank needs, user extras last so they can override."""
     threads = int(info["threads_per_process"])
     env = base_env(threads, {"MKL_NUM_THREADS": str(threads), "MASTER_ADDR": addr, "MASTER_PORT": str(port),
-                             "TOKENIZERS_PARALLELISM": "false"})
+                             "TOKENIZERS_PARALLELISM": "false",
+                             # Ranks load the launch node's local copy (data_fetch_model): never the Hub.
+                             "HF_HUB_OFFLINE": "1"})
     if info["mpi"]["flavour"] == "intel":
         # One pinning domain of OMP_NUM_THREADS cores per rank (for MPI codes).
         env["I_MPI_PIN_DOMAIN"] = "omp"

@@ -92,5 +92,6 @@ def reach_each(config, mpi, hosts, program, timeout, env=None, kind="NODE") -> t
 def unreachable(name: str, timeout: float, code: int | None, err: str) -> str:
     if code is None:
         return (f"node {name} did not answer within {timeout:g} s (down, unreachable, ssh asking for a "
-                "password, or a firewall between the nodes); see README, Cluster troubleshooting")
+                "password, or a firewall between the nodes); "
+                "see docs/troubleshooting.md, Start-up, the nodes and the network")
     return f"node {name} did not answer (launcher exit code {code}): {tail(err)}"

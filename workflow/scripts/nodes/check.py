@@ -22,7 +22,8 @@ from workflow.scripts.launch.reach import reach_each
 
 AGREE = {"python": "Python", "torch": "torch", "transformers": "transformers",
          "intel_extension_for_pytorch": "IPEX", "oneccl_bind_pt": "oneCCL bindings"}
-DECISIONS = ("backend", "precision", "ipex")
+# Precision is not among them: combine() decides it once from every node's measurement.
+DECISIONS = ("backend", "ipex")
 
 
 def disagreements(named: list[tuple[str, dict]]) -> list[str]:

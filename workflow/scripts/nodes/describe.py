@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from workflow.scripts.common import hardware, intel, oneccl
+from workflow.scripts.common import precision as precision_rule
 from workflow.scripts.common import levers as speed_levers
 from workflow.scripts.common.errors import UserError
 from workflow.scripts.common.versions import installed
@@ -32,8 +33,8 @@ def versions() -> dict:
 
 
 def ccl_pays(ranks_per_node: int, nodes: int) -> tuple[bool, str]:
-    """Where oneCCL's all-reduce measured faster than gloo's (README, Intel
-    stack, `make bench-comm`): between ranks that share a node's memory."""
+    """Where oneCCL's all-reduce measured faster than gloo's (docs/intel-stack.md,
+    Measured; `make bench-comm`): between ranks that share a node's memory."""
     if ranks_per_node * nodes == 1:
         return False, "one rank has nothing to all-reduce"
     if ranks_per_node > 1:
@@ -76,35 +77,27 @@ def matmul_gflops(dtype, size: int = 512, seconds: float = 0.3) -> float:
     return 2 * size**3 * count / (time.perf_counter() - start) / 1e9
 
 
-BF16_KINDS = ("bf16", "bf16_master")
-AUTO_BF16 = "bf16"  # what auto picks where bf16 is native and measures faster
+def measure_matmul() -> dict:
+    """This node's fp32 and bf16 matmul speed, for the cluster's decision (common/precision.py)."""
+    import torch
+
+    return {"fp32_gflops": round(matmul_gflops(torch.float32), 1),
+            "bf16_gflops": round(matmul_gflops(torch.bfloat16), 1)}
 
 
 def choose_precision(requested: str, flags) -> tuple[str, str, dict]:
-    """(precision, why, measured GFLOP/s): bf16 only where it is native."""
-    import torch
-
+    """(precision, why, measured GFLOP/s) on this node alone; for several
+    nodes the environment check decides again from every node's measurement."""
     native = hardware.has_native_bf16(flags)
-    speed = {}
-    if requested != "fp32" and native:
-        speed = {"fp32_gflops": round(matmul_gflops(torch.float32), 1),
-                 "bf16_gflops": round(matmul_gflops(torch.bfloat16), 1)}
-        native = speed["bf16_gflops"] >= speed["fp32_gflops"]
-    if requested == "fp32":
-        return "fp32", "requested", speed
-    if requested in BF16_KINDS and not native:
+    speed = measure_matmul() if requested != "fp32" and native else {}
+    # bf16 asked for by name: refused only where it is not native or slower (no margin: the user chose it).
+    if requested in precision_rule.BF16_KINDS and not (native and speed["bf16_gflops"] >= speed["fp32_gflops"]):
         raise UserError(
             f"precision {requested} requested but this CPU has no native bf16 (no avx512_bf16/amx_bf16, or "
             "measured slower than fp32): it would run orders of magnitude slower; set train.precision: fp32 (or auto)"
         )
-    if requested in BF16_KINDS:
-        return requested, "requested", speed
-    if native:
-        return AUTO_BF16, "auto: native bf16 measured faster than fp32", speed
-    if speed:  # the flags say native, the measurement says otherwise (a hypervisor, an old torch)
-        return "fp32", (f"auto: bf16 measured slower than fp32 here ({speed['bf16_gflops']} against "
-                        f"{speed['fp32_gflops']} GFLOP/s), falling back to fp32"), speed
-    return "fp32", "auto: no native bf16 on this CPU, falling back to fp32", speed
+    precision, why = precision_rule.decide(requested, [("this node", {"native_bf16_flags": native, "matmul": speed})])
+    return precision, why, speed
 
 
 def lever_record(settings, context) -> dict:
@@ -179,15 +172,20 @@ def revision(root: Path = ROOT) -> str:
 
 def node_summary(name: str, report: dict) -> dict:
     keys = ("host", "versions", "revision", "cpu_model", "sockets", "physical_cores", "logical_cpus",
-            "isa_flags", "low_precision", "threads_per_process", "gloo_ifname", "python_executable")
+            "isa_flags", "low_precision", "native_bf16_flags", "matmul", "threads_per_process", "gloo_ifname",
+            "python_executable")
     return {"node": name, **{k: report.get(k) for k in keys}}
 
 
 def combine(config, named: list[tuple[str, dict]], mpi: dict) -> dict:
-    """environment.json: the first node's report, the launcher, every node."""
+    """environment.json: the first node's report, the launcher, every node,
+    and the precision decided once from every node's measurement."""
     first = dict(named[0][1])
     ifnames = {r.get("gloo_ifname") for _, r in named}
+    precision, precision_why = precision_rule.decide(train_of(config).precision, named)
     first.update({
+        "precision": precision,
+        "precision_reason": precision_why,
         "mpi": mpi,
         "revision": first["revision"],
         "threads_per_process": min(int(r["threads_per_process"]) for _, r in named),

@@ -8,7 +8,7 @@ recommendation for a target efficiency, a table and a chart.
 
 C is the plan's configuration slice or an experiment file: its `plan`
 section gives the defaults of the options, its published figures are drawn
-beside the prediction. The model: scaling_model.py and README, Scaling.
+beside the prediction. The model: scaling_model.py and docs/scaling-plan.md, The model.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from workflow.scripts.common import config as cfg
+from workflow.scripts.common import config as cfg, profiles
 from workflow.scripts.common.atomic import read_json, write_json
 from workflow.scripts.common.errors import run_cli
 from workflow.scripts.plan import plan_tables
@@ -28,13 +28,12 @@ DEFAULTS = {"bandwidth_gbit": [10, 25], "latency_us": 50, "step_seconds": None, 
             "target_efficiency": 0.9}
 
 
-def read_config(path: str | None) -> dict:
+def read_config(path: str | None, profile: str | None = None) -> dict:
+    """An experiment file (under `profile`'s cluster when given) or a JSON slice."""
     if not path:
         return {}
     if path.endswith((".yaml", ".yml")):
-        import yaml
-
-        return cfg.validate(yaml.safe_load(Path(path).read_text()))
+        return profiles.experiment_config(path, profile)
     return read_json(path)
 
 
@@ -99,6 +98,8 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--profile", required=True, help="profile.json of train/profile.py")
     parser.add_argument("--config", help="the plan's configuration slice (JSON) or an experiment file")
+    parser.add_argument("--cluster-profile",
+                        help="a profile folder (make's PROFILE): its cluster file under the experiment")
     parser.add_argument("--network", help="network.json of train/network.py (measured all-reduce times)")
     parser.add_argument("--bandwidth-gbit", dest="bandwidth_gbit", type=float, nargs="+")
     parser.add_argument("--latency-us", dest="latency_us", type=float)
@@ -108,7 +109,7 @@ def main(argv=None) -> None:
     parser.add_argument("--max-nodes", dest="max_nodes", type=int)
     parser.add_argument("--out-dir", help="writes plan.json, plan.md, plan.html and plan.png there")
     args = parser.parse_args(argv)
-    config = read_config(args.config)
+    config = read_config(args.config, args.cluster_profile)
     plan = make_plan(read_json(args.profile), config, settings(config, args), args.network)
     print(plan_tables.plan_markdown(plan), end="")
     if args.out_dir:

@@ -1,6 +1,6 @@
 """The scaling plan's numbers and words: predictions for every network,
 lever set and node count (scaling_model.py), the recommendation for a
-target efficiency, and the tables (Markdown for the terminal and README,
+target efficiency, and the tables (Markdown for the terminal and the README;
 HTML for the report)."""
 
 from __future__ import annotations

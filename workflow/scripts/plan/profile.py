@@ -21,11 +21,10 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-import yaml
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from workflow.scripts.common import config as cfg
-from workflow.scripts.common import hardware, step, tasks
+from workflow.scripts.common import hardware, profiles, step, tasks
 from workflow.scripts.common.atomic import read_json, write_json
 from workflow.scripts.common.errors import UserError
 from workflow.scripts.common.modeling import autocast_for
@@ -158,11 +157,11 @@ def decisions(config: PlanView, environment: str | None) -> tuple[str, int]:
     return precision, min(threads, hardware.usable_cores(cpu))  # an experiment written for bigger nodes
 
 
-def load(path: str) -> PlanView:
-    """The plan's configuration slice (JSON) or an experiment file (validated)."""
-    text = Path(path).read_text()
+def load(path: str, profile: str | None = None) -> PlanView:
+    """The plan's configuration slice (JSON) or an experiment file (validated,
+    under `profile`'s cluster file when given)."""
     if path.endswith((".yaml", ".yml")):
-        return PlanView.pick(cfg.validate(yaml.safe_load(text)))
+        return PlanView.pick(profiles.experiment_config(path, profile))
     return PlanView.pick(read_json(path))  # the plan slice, or a run's whole configuration
 
 
@@ -185,6 +184,8 @@ def profile(config: PlanView | dict, environment: str | None, steps: int, warmup
 
 def main(argv=None) -> None:
     parser = step.parser(__doc__)
+    parser.add_argument("--cluster-profile",
+                        help="a profile folder (make's PROFILE): its cluster file under the experiment")
     parser.add_argument("--environment", help="environment.json of the run (its precision and threads)")
     parser.add_argument("--out", required=True)
     parser.add_argument("--steps", type=int, default=6)
@@ -192,7 +193,8 @@ def main(argv=None) -> None:
     parser.add_argument("--barrier", help="folder where --parties profiles meet to start together")
     parser.add_argument("--parties", type=int, default=1)
     args = parser.parse_args(argv)
-    result = profile(load(args.config), args.environment, args.steps, args.warmup, args.barrier, args.parties)
+    config = load(args.config, args.cluster_profile)
+    result = profile(config, args.environment, args.steps, args.warmup, args.barrier, args.parties)
     write_json(args.out, result)
     print(f"profile: {result['model']}, batch {result['batch_size']} x {result['seq_len']} tokens, "
           f"{result['threads']} thread(s), {result['precision']}: forward {result['forward']:.3f} s, backward "

@@ -17,9 +17,7 @@ import itertools
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
-from workflow.scripts.common import config as cfg
+from workflow.scripts.common import config as cfg, profiles
 from workflow.scripts.common.atomic import read_json
 from workflow.scripts.common.errors import UserError, run_cli
 from workflow.scripts.infer.policy import CANDIDATES as EVALUATIONS
@@ -68,8 +66,8 @@ class Side:
         return published_figures(self.published)
 
 
-def _experiment_file(path: Path, results: Path) -> Side:
-    config = cfg.validate(yaml.safe_load(path.read_text()))
+def _experiment_file(path: Path, results: Path, profile: str | None = None) -> Side:
+    config = profiles.experiment_config(path, profile)
     name = config["experiment"]
     summary_path = results / name / "summary.json"
     summary = read_json(summary_path) if summary_path.is_file() else None
@@ -79,22 +77,23 @@ def _experiment_file(path: Path, results: Path) -> Side:
     return Side(name, summary, config.get("published"), path, plan, nodes)
 
 
-def load_side(spec: str, results: Path = Path("results"), experiments: Path = EXPERIMENTS) -> Side:
+def load_side(spec: str, results: Path = Path("results"), experiments: Path = EXPERIMENTS,
+              profile: str | None = None) -> Side:
     """An experiment from a name, an experiment file, a results folder or a summary.json."""
     path = Path(spec)
     if path.suffix in (".yaml", ".yml") and path.is_file():
-        return _experiment_file(path, results)
+        return _experiment_file(path, results, profile)
     if path.is_dir() and (path / "summary.json").is_file():
         path = path / "summary.json"
     if path.name == "summary.json" and path.is_file():
         summary = read_json(path)
         configfile = experiments / f"{summary['experiment']}.yaml"
-        published = _experiment_file(configfile, results).published if configfile.is_file() else None
+        published = _experiment_file(configfile, results, profile).published if configfile.is_file() else None
         return Side(summary["experiment"], summary, published)
     if (experiments / f"{spec}.yaml").is_file():
-        return _experiment_file(experiments / f"{spec}.yaml", results)
+        return _experiment_file(experiments / f"{spec}.yaml", results, profile)
     if (results / spec / "summary.json").is_file():
-        return load_side(str(results / spec / "summary.json"), results, experiments)
+        return load_side(str(results / spec / "summary.json"), results, experiments, profile)
     raise UserError(f"compare: no experiment '{spec}': give a name with experiments/{spec}.yaml or "
                     f"{results / spec}/summary.json, an experiment file or a summary.json")
 
@@ -205,10 +204,12 @@ def main(argv=None) -> None:
     parser.add_argument("b", nargs="?", help="the second experiment (optional)")
     parser.add_argument("--results", default="results", help="results root (default: results)")
     parser.add_argument("--out", help="also write the table to this file")
+    parser.add_argument("--cluster-profile",
+                        help="a profile folder (make's PROFILE): its cluster file under each experiment")
     args = parser.parse_args(argv)
     results = Path(args.results)
-    a = load_side(args.a, results)
-    b = load_side(args.b, results) if args.b else None
+    a = load_side(args.a, results, profile=args.cluster_profile)
+    b = load_side(args.b, results, profile=args.cluster_profile) if args.b else None
     if a.summary is None and not a.published and not (b and (b.summary or b.published)):
         raise UserError(f"compare: {a.name} has neither results nor published figures; run it first")
     text = compare(a, b)
