@@ -71,6 +71,27 @@ def test_fast_dropout_is_put_in_per_model_not_per_process():
     assert 0.45 < (out == 0).float().mean() < 0.55
 
 
+@pytest.mark.parametrize("bits", [16, 8])
+def test_narrow_draws_drop_with_p_rounded_to_their_width(bits):
+    torch.manual_seed(0)
+    draws, threshold, p = dropout_lever.draws_and_threshold(torch.Size([1000, 1000]), 0.1, bits)
+    assert p == round(0.1 * 2 ** bits) / 2 ** bits and abs(p - 0.1) <= 2 ** -(bits + 1)
+    dropped = (draws < threshold).float().mean().item()
+    assert abs(dropped - p) < 0.002  # 1e6 draws: the standard error is 0.0003
+    x = torch.ones(1000, 1000)
+    out = dropout_lever.fast_dropout(x, 0.1, bits=bits)
+    assert abs(out.mean().item() - 1.0) < 0.005  # the scale follows the rounded p: the mean is kept
+
+
+def test_dropout_bits_reach_the_modules_and_the_attention():
+    model = _tiny("Bert", "eager")
+    assert dropout_lever.set_dropout_bits(model, 16) == "dropout is torch's (train.speed.dropout)"
+    dropout_lever.fast_dropout_modules(model)
+    assert dropout_lever.set_dropout_bits(model, 16) is None
+    assert {m.bits for m in model.modules() if isinstance(m, dropout_lever.FastDropout)} == {16}
+    assert model.bert.encoder.layer[0].attention.self.dropout_bits == 16
+
+
 def test_fast_eager_attention_is_berts_with_the_same_draws():
     """Dropout off (eval), the fast eager attention gives BERT's eager logits."""
     model, reference = _tiny("Bert", "eager"), _tiny("Bert", "eager")
@@ -83,13 +104,13 @@ def test_fast_eager_attention_is_berts_with_the_same_draws():
 
 def test_auto_picks_by_the_stated_rule_and_settings_win():
     chosen, why = levers.choose(levers.Levers())
-    assert chosen == levers.Levers("fast", "eager", "rows", "first_token", "reuse")
+    assert chosen == levers.Levers("fast", 16, "eager", "rows", "first_token", "reuse")
     assert "auto" in why["dropout"]
     across, why = levers.choose(None, levers.Context(nodes=3))  # the plan models the dense all-reduce across nodes
     assert across.embedding_allreduce == "dense" and "plan" in why["embedding_allreduce"]
     assert levers.choose({"embedding_allreduce": "rows"}, levers.Context(nodes=3))[0].embedding_allreduce == "rows"
     assert levers.choose({}, levers.Context(compression="bf16"))[0].embedding_allreduce == "dense"
-    assert levers.choose(levers.all_off())[0] == levers.Levers("torch", "sdpa", "dense", "all", "torch")
+    assert levers.choose(levers.all_off())[0] == levers.Levers("torch", 32, "sdpa", "dense", "all", "torch")
     with pytest.raises(ValueError, match="unknown lever"):
         levers.Levers.of({"warp": "on"})
 

@@ -18,6 +18,7 @@ from collections.abc import Callable
 class Levers:
     """One value per lever; `auto` only in the settings, never once chosen."""
     dropout: str = "auto"
+    dropout_bits: str | int = "auto"
     attention: str = "auto"
     embedding_allreduce: str = "auto"
     last_layer: str = "auto"
@@ -47,13 +48,15 @@ class Context:
 
 @dataclass(frozen=True)
 class Rule:
-    off: str
+    off: str | int
     """The value that leaves the step as torch and transformers have it."""
-    auto: Callable[[Context], tuple[str, str]]
+    auto: Callable[[Context], tuple[str | int, str]]
     """(value, why) for `auto` in this context."""
+    needs: tuple = ()
+    """(lever, value) pairs without which this lever does nothing."""
 
 
-def _always(value: str, why: str) -> Callable[[Context], tuple[str, str]]:
+def _always(value: str | int, why: str) -> Callable[[Context], tuple[str | int, str]]:
     return lambda context: (value, f"auto: {why}")
 
 
@@ -72,6 +75,10 @@ def _embedding_allreduce(context: Context) -> tuple[str, str]:
 
 RULES: dict[str, Rule] = {
     "dropout": Rule("torch", _always("fast", "32-bit draws are faster than bernoulli_ on every CPU measured")),
+    "dropout_bits": Rule(32, _always(16, "16-bit draws, four per 64-bit draw, about twice as fast as 32-bit "
+                                             "ones; p exact to 1/65536, within one std of the exact path's "
+                                             "accuracy over seeds (docs/performance.md)"),
+                         needs=(("dropout", "fast"),)),
     "attention": Rule("sdpa", _always("eager", "with attention dropout the CPU sdpa kernel falls back to math; "
                                                "eager is faster")),
     "embedding_allreduce": Rule("dense", _embedding_allreduce),
@@ -110,5 +117,5 @@ def each_alone(context: Context = Context()) -> dict[str, Levers]:
     """Per lever whose `auto` turns it on here: that lever on, the others off."""
     on, _ = choose(Levers(), context)
     off = all_off()
-    return {name: dataclasses.replace(off, **{name: getattr(on, name)})
+    return {name: dataclasses.replace(off, **dict(RULES[name].needs), **{name: getattr(on, name)})
             for name in names() if getattr(on, name) != getattr(off, name)}

@@ -8,19 +8,37 @@ from __future__ import annotations
 import torch
 
 KEEP_SCALE_BITS = 2 ** 31  # random_() on int32 draws uniformly from [0, 2^31)
+NARROW = {16: torch.int16, 8: torch.int8}
 
 
-def fast_dropout(input, p: float = 0.5, training: bool = True, inplace: bool = False):
-    """F.dropout with the keep-mask from 32-bit integer draws (same p)."""
+def draws_and_threshold(shape, p: float, bits: int) -> tuple[torch.Tensor, int, float]:
+    """Uniform integers, the threshold below which an element is dropped,
+    and the drop probability that gives: p within 2^-31 at 32 bits; at 16
+    or 8 bits p rounded to a multiple of 2^-bits (0.1 -> 0.100006 or
+    0.1016), from one 64-bit draw per 4 or 8 elements (the generator's
+    calls, not the bytes, are the cost)."""
+    if bits == 32:
+        return torch.empty(shape, dtype=torch.int32).random_(), int(p * KEEP_SCALE_BITS), p
+    count = shape.numel()
+    per_word = 64 // bits
+    words = torch.empty(-(-count // per_word), dtype=torch.int64).random_(-2 ** 63, 2 ** 63 - 1)
+    dropped = round(p * 2 ** bits)
+    return words.view(NARROW[bits])[:count].view(shape), dropped - 2 ** (bits - 1), dropped / 2 ** bits
+
+
+def fast_dropout(input, p: float = 0.5, training: bool = True, inplace: bool = False, bits: int = 32):
+    """F.dropout with the keep-mask from integer draws of `bits` bits."""
     if not training or p == 0.0:
         return input
     if p == 1.0:
         return input * 0.0
-    draws = torch.empty(input.shape, dtype=torch.int32).random_()
+    draws, threshold, p = draws_and_threshold(input.shape, p, bits)
+    if p >= 1.0:
+        return input * 0.0
     # The mask as 0/1 in the input's dtype, written in one pass: CPU kernels
     # on bool masks (where, masked_fill, casts) are several times slower
     # than arithmetic on the input's dtype.
-    keep = torch.ge(draws, int(p * KEEP_SCALE_BITS), out=torch.empty(input.shape, dtype=input.dtype))
+    keep = torch.ge(draws, threshold, out=torch.empty(input.shape, dtype=input.dtype))
     return _KeepScale.apply(input, keep, 1.0 / (1.0 - p))
 
 
@@ -43,12 +61,12 @@ class _KeepScale(torch.autograd.Function):
 class FastDropout(torch.nn.Module):
     """nn.Dropout's forward with fast_dropout (the same p and inplace)."""
 
-    def __init__(self, p: float = 0.5, inplace: bool = False):
+    def __init__(self, p: float = 0.5, inplace: bool = False, bits: int = 32):
         super().__init__()
-        self.p, self.inplace = p, inplace
+        self.p, self.inplace, self.bits = p, inplace, bits
 
     def forward(self, input):
-        return fast_dropout(input, self.p, self.training, self.inplace)
+        return fast_dropout(input, self.p, self.training, self.inplace, self.bits)
 
 
 def fast_dropout_modules(model) -> str | None:
@@ -78,7 +96,8 @@ def _eager_fast_dropout(module, query, key, value, attention_mask, scaling=None,
     weights = torch.matmul(query, key.transpose(2, 3)) * scaling
     if attention_mask is not None:
         weights = weights + attention_mask
-    weights = fast_dropout(torch.softmax(weights, dim=-1), p=dropout, training=module.training)
+    bits = getattr(module, "dropout_bits", 32)  # set by set_dropout_bits
+    weights = fast_dropout(torch.softmax(weights, dim=-1), p=dropout, training=module.training, bits=bits)
     return torch.matmul(weights, value).transpose(1, 2).contiguous(), weights
 
 
@@ -91,3 +110,16 @@ def _register_attention() -> None:
 
 
 _register_attention()
+
+
+def set_dropout_bits(model, bits: int) -> str | None:
+    """Draw the model's fast dropout masks from `bits`-bit integers."""
+    fast = [m for m in model.modules() if isinstance(m, FastDropout)]
+    if not fast:
+        return "dropout is torch's (train.speed.dropout)"
+    for module in model.modules():
+        if isinstance(module, FastDropout):
+            module.bits = bits
+        else:  # attention modules: read by the fast eager attention
+            module.dropout_bits = bits
+    return None
