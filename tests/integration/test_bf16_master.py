@@ -1,0 +1,116 @@
+"""train.precision bf16_master end to end in a real rank (gloo, the real
+loop, checkpoints and save_pretrained): a SIGTERM mid-epoch and a rerun
+end with the weights of an uninterrupted run, bit for bit; the checkpoint
+holds the fp32 masters; the saved model is fp32 with more than bf16's
+bits; and the int8 calibration takes it as any other model.
+
+The precision is written into environment.json directly, so this runs on
+every CPU (the environment check refuses bf16 kinds where bf16 is not
+native; on such CPUs the tiny model's bf16 ops are slow, not wrong)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from test_teardown import one_rank, tokenized  # noqa: F401 (fixtures)
+from workflow.scripts.common.errors import Preempted
+from workflow.scripts.nodes import describe as environment
+from workflow.scripts.train import checkpoint, loop
+from workflow.scripts.train import rank as train
+
+STOP_AFTER = 5  # updates; 48 pairs x 2 epochs at batch 8: 12 updates
+
+
+def args_for(config: dict, data_dir, work) -> list[str]:
+    config = {**config, "train": {**config["train"], "precision": "bf16_master", "epochs": 2, "batch_size": 8,
+                                  "checkpoint_every": 4, "log_every": 1, "keep_checkpoints": 5}}
+    info = {**environment.describe(config, launcher=False), "precision": "bf16_master", "ipex": False}
+    work.mkdir(exist_ok=True)
+    (work / "config.json").write_text(json.dumps(config))
+    (work / "environment.json").write_text(json.dumps(info))
+    return ["--config", str(work / "config.json"), "--environment", str(work / "environment.json"),
+            "--data", str(data_dir), "--out", str(work / "run"), "--log-dir", str(work / "logs")]
+
+
+def sigterm_after(updates: int, monkeypatch) -> None:
+    """A real SIGTERM to this process after `updates` updates, as a scheduler sends it."""
+    real, done = loop.train_step, []
+
+    def step(*args):
+        loss = real(*args)
+        done.append(1)
+        if len(done) == updates:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return loss
+    monkeypatch.setattr(loop, "train_step", step)
+
+
+def weights(work) -> dict:
+    return load_file(work / "run" / "model" / "model.safetensors")
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tokenized, tmp_path_factory):  # noqa: F811
+    config, data_dir = tokenized
+    work = tmp_path_factory.mktemp("straight")
+    with pytest.MonkeyPatch.context() as mp:
+        for name in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"):
+            mp.delenv(name, raising=False)
+        mp.setenv("MASTER_ADDR", "127.0.0.1")
+        from test_every_task import free_port
+        mp.setenv("MASTER_PORT", str(free_port()))
+        train.main(args_for(config, data_dir, work))
+    return work
+
+
+def test_the_saved_model_is_fp32_masters_not_bf16(uninterrupted):
+    saved = weights(uninterrupted)
+    assert {t.dtype for t in saved.values()} == {torch.float32}
+    encoder = saved["bert.encoder.layer.0.attention.self.query.weight"]
+    assert not torch.equal(encoder, encoder.bfloat16().float())  # the masters' low bits are kept
+    metrics = json.loads((uninterrupted / "run" / "train_metrics.json").read_text())
+    assert metrics["precision"] == "bf16_master" and metrics["steps"] == 12
+    assert all(loss == loss for _, loss in metrics["loss_history"])  # finite
+
+
+def test_sigterm_and_rerun_resume_exactly_with_the_masters(tokenized, uninterrupted, tmp_path, one_rank,  # noqa: F811
+                                                           monkeypatch):
+    config, data_dir = tokenized
+    argv = args_for(config, data_dir, tmp_path / "work")
+    sigterm_after(STOP_AFTER, monkeypatch)
+    with pytest.raises(Preempted):
+        train.main(argv)
+    newest = checkpoint.valid(tmp_path / "work" / "run" / "checkpoints")[-1]
+    state = checkpoint.read(newest)
+    assert state["meta"]["step"] == STOP_AFTER  # seen at the end of the update it arrived in
+    masters = state["optimizer"]["masters"]
+    assert masters and {m.dtype for m in masters} == {torch.float32}
+    assert state["model"]["bert.embeddings.word_embeddings.weight"].dtype == torch.bfloat16
+    monkeypatch.undo()
+    for name in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"):
+        monkeypatch.delenv(name, raising=False)
+    from test_every_task import free_port
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(free_port()))
+    train.main(argv)
+    metrics = json.loads((tmp_path / "work" / "run" / "train_metrics.json").read_text())
+    assert metrics["resumed_from_step"] == STOP_AFTER
+    resumed, straight = weights(tmp_path / "work"), weights(uninterrupted)
+    assert all(torch.equal(resumed[k], straight[k]) for k in straight)
+
+
+def test_int8_calibration_takes_the_bf16_master_model(uninterrupted, tokenized, tmp_path):  # noqa: F811
+    """The saved model (fp32) goes through NNCF's calibration and OpenVINO
+    as any other, and the reloaded int8 artifact is verified against it."""
+    from workflow.scripts.infer import quantize
+
+    _, data_dir = tokenized
+    meta = quantize.quantize(uninterrupted / "run" / "model", data_dir, tmp_path / "int8", "mrpc", 16, threads=1)
+    assert meta["quantized"] and meta["calibration_samples"] == 16
+    assert meta["verification"]["rows"] == 16 and meta["verification"]["max_abs_diff"] == 0.0
