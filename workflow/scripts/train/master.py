@@ -64,14 +64,19 @@ class MasterAdamW(torch.optim.AdamW):
 
     def stage_gradients(self) -> list[torch.Tensor]:
         """Widen the bf16 gradients into the masters' fp32 ones (kept from
-        step to step); the masters, whose gradients clipping then sees."""
+        step to step, written by one multi-tensor copy); the masters, whose
+        gradients clipping then sees."""
+        into, widened = [], []
         for p, m in self.lowered:
             if p.grad is None:
                 m.grad = None
             elif m.grad is None:
                 m.grad = p.grad.float()
             else:
-                m.grad.copy_(p.grad)
+                into.append(m.grad)
+                widened.append(p.grad)
+        if into:
+            torch._foreach_copy_(into, widened)
         self.staged = True
         return self.masters
 
