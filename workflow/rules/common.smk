@@ -6,6 +6,7 @@ import sys
 
 from workflow.scripts.common import config as cfg
 from workflow.scripts.common import stages
+from workflow.scripts.common import sweep as sweeps
 from workflow.scripts.common.snakemake_env import prepare_job_environment
 from workflow.scripts.launch import resources
 
@@ -20,6 +21,17 @@ EXP = CONFIG["experiment"]
 RESULTS = f"results/{EXP}"
 RUNS = cfg.runs(CONFIG)
 FIRST_RUN = next(iter(RUNS))  # the baseline of a sweep
+# A sweep over task, model or length: data per task, tokens per task, model
+# and length, each under results/<experiment>/data/<key>/ with its own
+# config slice (scope "data/<key>"); else the experiment's one copy.
+SPLIT_DATA = sweeps.per_data(CONFIG)
+DATA_SCOPES = sweeps.data_scopes(CONFIG, RUNS)
+
+
+def data_key(scope):
+    """The scope "data/mrpc/" -> the key "/mrpc" of its paths."""
+    return "/" + scope[len("data/") :].rstrip("/")
+
 # The rules that launch ranks on the nodes (Slurm submits only these).
 MPI_RULES = ("environment_check", "train_ddp", "setup_nodes")
 
@@ -28,13 +40,47 @@ wildcard_constraints:
     experiment=re.escape(EXP),
     run="|".join(re.escape(r) for r in RUNS),
     # "" for the experiment's own stages, "<run>/" for a run's
-    scope="|".join(["", *(re.escape(r) + "/" for r in RUNS)]),
+    scope="|".join(["", *(re.escape(r) + "/" for r in RUNS), *map(re.escape, DATA_SCOPES)]),
+    # "" or "/<task>" (loaded data), "" or "/<task>/<model>-len<L>" (tokens)
+    dkey="|".join(["", *(re.escape(data_key(s)) for s in DATA_SCOPES if s.count("/") == 2)]),
+    tkey="|".join(["", *(re.escape(data_key(s)) for s in DATA_SCOPES if s.count("/") == 3)]),
     stage="|".join(stages.SHARED_STAGES + stages.RUN_STAGES),
 
 
 def scoped_config(scope):
-    """The experiment's config (scope "") or one run's (scope "<run>/")."""
+    """The experiment's config (scope ""), one run's (scope "<run>/") or a
+    data set's (scope "data/<task>/" or "data/<task>/<model>-len<L>/")."""
+    if scope in DATA_SCOPES:
+        return DATA_SCOPES[scope]
     return RUNS[scope.rstrip("/")] if scope else CONFIG
+
+
+def data_config(key, stage):
+    """The config slice of a data set's stage (key "" = the experiment's)."""
+    return f"{RESULTS}/data{key}/config/{stage}.json" if key else f"{RESULTS}/config/{stage}.json"
+
+
+def raw_of(run):
+    return f"{RESULTS}/data/{sweeps.data_key(RUNS[run], SPLIT_DATA)}raw"
+
+
+def tokens_of(run):
+    return f"{RESULTS}/data/{sweeps.tokens_key(RUNS[run], SPLIT_DATA)}tokenized"
+
+
+def raw_for_tokens(tkey):
+    """The loaded data a tokenized set is made from ("/<task>/<model>-len<L>" -> "/<task>")."""
+    return f"{RESULTS}/data{'/' + tkey.split('/')[1] if tkey else ''}/raw"
+
+
+def run_raw(wildcards):
+    """The loaded data a run evaluates on (shared by the runs of its task)."""
+    return raw_of(wildcards.run)
+
+
+def run_tokens(wildcards):
+    """The tokenized data a run trains on (shared by task, model and length)."""
+    return tokens_of(wildcards.run)
 
 
 def stage_content(wildcards):
@@ -53,7 +99,13 @@ def run_dirs():
 
 
 def local_data_files(wildcards):
-    return list(cfg.data_files(CONFIG).values())
+    return list(cfg.data_files(scoped_config(data_scope(wildcards.dkey))).values())
+
+
+def data_scope(key):
+    """"/mrpc" -> the scope "data/mrpc/" (its config slice)."""
+    return f"data{key}/" if key else ""
+
 
 
 def tuned_layout(wildcards):

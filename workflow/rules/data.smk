@@ -23,26 +23,27 @@ if (CONFIG["data"] or {}).get("generate"):
 
 rule data_load:
     input:
-        cfg="results/{experiment}/config/data.json",
+        cfg=lambda wc: data_config(wc.dkey, "data"),
         files=local_data_files,
     output:
-        directory("results/{experiment}/data/raw"),
+        directory("results/{experiment}/data{dkey}/raw"),
     log:
-        "logs/data_load/{experiment}.log",
+        "logs/data_load/{experiment}{dkey}.log",
     conda:
         "../../envs/cpuddp.yaml"
     shell:
         "python -m workflow.scripts.data.load --config {input.cfg} --out {output} 2> {log}"
 
 
+# One per task, model and length: every run (seed, learning rate) shares it.
 rule data_tokenize:
     input:
-        cfg="results/{experiment}/config/tokenize.json",
-        raw="results/{experiment}/data/raw",
+        cfg=lambda wc: data_config(wc.tkey, "tokenize"),
+        raw=lambda wc: raw_for_tokens(wc.tkey),
     output:
-        directory("results/{experiment}/data/tokenized"),
+        directory("results/{experiment}/data{tkey}/tokenized"),
     log:
-        "logs/data_tokenize/{experiment}.log",
+        "logs/data_tokenize/{experiment}{tkey}.log",
     conda:
         "../../envs/cpuddp.yaml"
     shell:

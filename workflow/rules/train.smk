@@ -6,7 +6,7 @@ rule train_ddp:
     input:
         cfg="results/{experiment}/{run}/config/train.json",
         env="results/{experiment}/{run}/environment.json",
-        data="results/{experiment}/data/tokenized",
+        data=run_tokens,
     output:
         model=directory("results/{experiment}/{run}/model"),
         metrics="results/{experiment}/{run}/train_metrics.json",
@@ -51,7 +51,7 @@ rule train_ddp:
 rule tune_layout:
     input:
         cfg=f"{RESULTS}/{FIRST_RUN}/config/train.json",
-        data="results/{experiment}/data/tokenized",
+        data=tokens_of(FIRST_RUN),
     output:
         "results/{experiment}/tune/layout.json",
     log:
