@@ -38,3 +38,4 @@ rule all:
     input:
         rules.report_summary.output,
         plan_outputs(),
+        table_outputs(),

@@ -9,6 +9,7 @@ from workflow.scripts.common import stages
 from workflow.scripts.common import sweep as sweeps
 from workflow.scripts.common.snakemake_env import prepare_job_environment
 from workflow.scripts.launch import resources
+from workflow.scripts.report import glue_table
 
 prepare_job_environment(workflow.basedir)
 
@@ -171,6 +172,13 @@ def plan_network(wildcards):
     if measure is True or (measure == "auto" and hostfile_run):
         return f"{RESULTS}/plan/network.json"
     return []
+
+
+def table_outputs():
+    """The accuracy table, in `rule all` when the sweep varies task or seed."""
+    if not glue_table.wanted(CONFIG.get("sweep")):
+        return []
+    return [f"{RESULTS}/table.md", f"{RESULTS}/table.csv", f"{RESULTS}/report/table.html"]
 
 
 def plan_outputs():

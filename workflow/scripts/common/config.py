@@ -165,9 +165,13 @@ def resolve_model(model: str) -> str:
 def runs(config: dict) -> dict[str, dict]:
     """Expand the sweep: run name -> full config of that run (baseline first)."""
     try:
-        return sweeps.runs(config)
+        expanded = sweeps.runs(config)
     except (sweeps.SweepError, ValueError) as err:
         raise ConfigError(str(err)) from None
+    if "model" in (config.get("sweep") or {}):  # pkg:<package>/<folder> models, each resolved
+        for run in expanded.values():
+            run["model"] = resolve_model(run["model"])
+    return expanded
 
 
 def check_hostfile(config: dict, base: Path = Path(".")) -> None:

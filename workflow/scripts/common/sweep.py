@@ -70,37 +70,36 @@ def part(key: str, value) -> str:
     return f"{PREFIX[key]}{text}"
 
 
+def named_values(sweep: dict) -> dict[str, dict]:
+    """run name -> {swept key: value}, every combination (the first values
+    make the baseline); the report's table groups runs by these."""
+    if not sweep:
+        return {"default": {}}
+    keys, named = list(sweep), {}
+    for values in itertools.product(*(sweep[k] for k in keys)):
+        name = "-".join(part(k, v) for k, v in zip(keys, values))
+        if name in named:
+            raise SweepError(f"config error: sweep: two runs would both be named {name}; give the models "
+                             "folders with different last names")
+        named[name] = dict(zip(keys, values))
+    return named
+
+
 def runs(config: dict) -> dict[str, dict]:
     """Expand the sweep: run name -> full config of that run (baseline first)."""
     sweep = config.get("sweep") or {}
     if not sweep:
         return {"default": config}
-    keys = list(sweep)
     expanded = {}
-    for values in itertools.product(*(sweep[k] for k in keys)):
+    for name, values in named_values(sweep).items():
         run = copy.deepcopy(config)
         run.pop("sweep")
-        for key, value in zip(keys, values):
+        for key, value in values.items():
             section = run if SECTIONS[key] is None else run[SECTIONS[key]]
             section[key] = value
         resolve_glue_dir(run)
-        name = "-".join(part(k, v) for k, v in zip(keys, values))
-        if name in expanded:
-            raise SweepError(f"config error: sweep: two runs would both be named {name}; give the models "
-                             "folders with different last names")
         expanded[name] = run
     return expanded
-
-
-def run_values(config: dict) -> dict[str, dict]:
-    """run -> {swept key: value}: what the report's table groups runs by."""
-    sweep = config.get("sweep") or {}
-    names = runs(config)
-    return {name: {k: _value(run, k) for k in sweep} for name, run in names.items()}
-
-
-def _value(run: dict, key: str):
-    return run[key] if SECTIONS[key] is None else run[SECTIONS[key]][key]
 
 
 def resolve_glue_dir(config: dict) -> None:
