@@ -6,6 +6,7 @@ import sys
 
 from workflow.scripts.common import config as cfg
 from workflow.scripts.common import stages
+from workflow.scripts.common.hostfile import read_hostfile
 from workflow.scripts.common import sweep as sweeps
 from workflow.scripts.common.snakemake_env import prepare_job_environment
 from workflow.scripts.launch import resources
@@ -43,9 +44,40 @@ wildcard_constraints:
     # "" for the experiment's own stages, "<run>/" for a run's
     scope="|".join(["", *(re.escape(r) + "/" for r in RUNS), *map(re.escape, DATA_SCOPES)]),
     # "" or "/<task>" (loaded data), "" or "/<task>/<model>-len<L>" (tokens)
-    dkey="|".join(["", *(re.escape(data_key(s)) for s in DATA_SCOPES if s.count("/") == 2)]),
-    tkey="|".join(["", *(re.escape(data_key(s)) for s in DATA_SCOPES if s.count("/") == 3)]),
+    # ("(?:)": an empty constraint would mean Snakemake's default, ".+")
+    dkey="|".join(["(?:)", *(re.escape(data_key(s)) for s in DATA_SCOPES if s.count("/") == 2)]),
+    tkey="|".join(["(?:)", *(re.escape(data_key(s)) for s in DATA_SCOPES if s.count("/") == 3)]),
     stage="|".join(stages.SHARED_STAGES + stages.RUN_STAGES),
+
+
+def register_node_count():
+    """With a hostfile, the `nodes` resource counts its nodes: each training
+    (and environment check) takes its own `nodes` of them, so that runs that
+    need fewer run side by side, each on nodes it leases at launch
+    (workflow/scripts/launch/lease.py). Returns that count (None: no hostfile)."""
+    dist = CONFIG["distributed"]
+    if not resources.leasing(dist):
+        return None
+    count = len(read_hostfile(dist["hostfile"]))
+    if "nodes" not in workflow.global_resources:  # --resources nodes=N wins
+        workflow.register_resource("nodes", count)
+    return count
+
+
+HOSTFILE_NODES = register_node_count()
+# Steps that need the whole cluster to themselves (the plan's measurements,
+# tuning, node set-up) hold every node.
+ALL_NODES = HOSTFILE_NODES or 1
+if workflow.is_main_process and len(RUNS) > 1:
+    print(
+        "sweep: "
+        + resources.packing(
+            CONFIG["distributed"],
+            [r["distributed"]["nodes"] for r in RUNS.values()],
+            HOSTFILE_NODES,
+        ),
+        file=sys.stderr,
+    )
 
 
 def scoped_config(scope):

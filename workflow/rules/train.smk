@@ -61,6 +61,7 @@ rule tune_layout:
     threads: machine_cores()
     resources:
         mpi=1,
+        nodes=ALL_NODES,
     shell:
         "python -m workflow.scripts.train.tune --config {input.cfg} --data {input.data} --out {output} 2> {log}"
 
