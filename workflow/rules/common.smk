@@ -135,6 +135,12 @@ def local_data_files(wildcards):
     return list(cfg.data_files(scoped_config(data_scope(wildcards.dkey))).values())
 
 
+def demo_glue_files():
+    """Every swept task's train and dev files in the demo's GLUE archive folder."""
+    files = (cfg.data_files(run).values() for run in RUNS.values())
+    return sorted({f for run_files in files for f in run_files})
+
+
 def data_scope(key):
     """"/mrpc" -> the scope "data/mrpc/" (its config slice)."""
     return f"data{key}/" if key else ""

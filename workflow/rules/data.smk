@@ -2,7 +2,26 @@
 
 
 # Only the demo generates its data; real files are never rewritten.
-if (CONFIG["data"] or {}).get("generate"):
+if (CONFIG["data"] or {}).get("generate") and CONFIG["data"].get("glue_dir"):
+
+    # A task sweep's demo: a GLUE archive folder with every swept task.
+    rule data_generate_demo_glue:
+        output:
+            demo_glue_files(),
+        log:
+            f"logs/data_generate_demo/{EXP}.log",
+        conda:
+            "../../envs/cpuddp.yaml"
+        params:
+            tasks=",".join(dict.fromkeys(r["task"] for r in RUNS.values())),
+            settings=CONFIG["data"]["generate"],
+            out=CONFIG["data"]["glue_dir"],
+        shell:
+            "python -m workflow.scripts.data.demo --task glue --tasks {params.tasks} --out {params.out:q}"
+            " --train {params.settings[train]} --dev {params.settings[validation]}"
+            " --seed {params.settings[seed]} 2> {log}"
+
+elif (CONFIG["data"] or {}).get("generate"):
 
     rule data_generate_demo:
         output:
