@@ -107,10 +107,10 @@ def try_acquire(directory: Path, hosts: list[str], count: int, owner: str) -> li
 
 
 def release(directory: Path, owner: str) -> None:
-    """Give back every host this process leased."""
+    """Give back the hosts this process leased as `owner`."""
     with _locked(directory):
         held = _read(directory)
-        mine = [h for h, e in held.items() if e["pid"] == os.getpid()]
+        mine = [h for h, e in held.items() if e["pid"] == os.getpid() and e["owner"] == owner]
         for host in mine:
             del held[host]
         _write(directory, held)
