@@ -34,6 +34,7 @@ def data_key(scope):
     """The scope "data/mrpc/" -> the key "/mrpc" of its paths."""
     return "/" + scope[len("data/") :].rstrip("/")
 
+
 # The rules that launch ranks on the nodes (Slurm submits only these).
 MPI_RULES = ("environment_check", "train_ddp", "setup_nodes")
 
@@ -42,11 +43,17 @@ wildcard_constraints:
     experiment=re.escape(EXP),
     run="|".join(re.escape(r) for r in RUNS),
     # "" for the experiment's own stages, "<run>/" for a run's
-    scope="|".join(["", *(re.escape(r) + "/" for r in RUNS), *map(re.escape, DATA_SCOPES)]),
+    scope="|".join(
+        ["", *(re.escape(r) + "/" for r in RUNS), *map(re.escape, DATA_SCOPES)]
+    ),
     # "" or "/<task>" (loaded data), "" or "/<task>/<model>-len<L>" (tokens)
     # ("(?:)": an empty constraint would mean Snakemake's default, ".+")
-    dkey="|".join(["(?:)", *(re.escape(data_key(s)) for s in DATA_SCOPES if s.count("/") == 2)]),
-    tkey="|".join(["(?:)", *(re.escape(data_key(s)) for s in DATA_SCOPES if s.count("/") == 3)]),
+    dkey="|".join(
+        ["(?:)", *(re.escape(data_key(s)) for s in DATA_SCOPES if s.count("/") == 2)]
+    ),
+    tkey="|".join(
+        ["(?:)", *(re.escape(data_key(s)) for s in DATA_SCOPES if s.count("/") == 3)]
+    ),
     stage="|".join(stages.SHARED_STAGES + stages.RUN_STAGES),
 
 
@@ -90,7 +97,11 @@ def scoped_config(scope):
 
 def data_config(key, stage):
     """The config slice of a data set's stage (key "" = the experiment's)."""
-    return f"{RESULTS}/data{key}/config/{stage}.json" if key else f"{RESULTS}/config/{stage}.json"
+    return (
+        f"{RESULTS}/data{key}/config/{stage}.json"
+        if key
+        else f"{RESULTS}/config/{stage}.json"
+    )
 
 
 def raw_of(run):
@@ -142,9 +153,8 @@ def demo_glue_files():
 
 
 def data_scope(key):
-    """"/mrpc" -> the scope "data/mrpc/" (its config slice)."""
+    """ "/mrpc" -> the scope "data/mrpc/" (its config slice)."""
     return f"data{key}/" if key else ""
-
 
 
 def tuned_layout(wildcards):
@@ -216,7 +226,11 @@ def table_outputs():
     """The accuracy table, in `rule all` when the sweep varies task or seed."""
     if not glue_table.wanted(CONFIG.get("sweep")):
         return []
-    return [f"{RESULTS}/table.md", f"{RESULTS}/table.csv", f"{RESULTS}/report/table.html"]
+    return [
+        f"{RESULTS}/table.md",
+        f"{RESULTS}/table.csv",
+        f"{RESULTS}/report/table.html",
+    ]
 
 
 def plan_outputs():
