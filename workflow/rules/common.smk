@@ -1,6 +1,7 @@
 # Helpers shared by the rules: the validated config, its runs, and the input
 # functions and resources of the rules. Stage files hold only rules.
 import json
+import os
 import re
 import sys
 
@@ -31,8 +32,8 @@ DATA_SCOPES = sweeps.data_scopes(CONFIG, RUNS)
 
 
 def data_key(scope):
-    """The scope "data/mrpc/" -> the key "/mrpc" of its paths."""
-    return "/" + scope[len("data/") :].rstrip("/")
+    """The scope data/<task>/ -> the key of its paths, a slash and <task>."""
+    return f"{os.sep}{scope[len('data/') :].rstrip('/')}"
 
 
 # The rules that launch ranks on the nodes (Slurm submits only these).
@@ -46,7 +47,7 @@ wildcard_constraints:
     scope="|".join(
         ["", *(re.escape(r) + "/" for r in RUNS), *map(re.escape, DATA_SCOPES)]
     ),
-    # "" or "/<task>" (loaded data), "" or "/<task>/<model>-len<L>" (tokens)
+    # empty or a slash and <task> (loaded data), or <task>/<model>-len<L> (tokens)
     # ("(?:)": an empty constraint would mean Snakemake's default, ".+")
     dkey="|".join(
         ["(?:)", *(re.escape(data_key(s)) for s in DATA_SCOPES if s.count("/") == 2)]
@@ -113,8 +114,9 @@ def tokens_of(run):
 
 
 def raw_for_tokens(tkey):
-    """The loaded data a tokenized set is made from ("/<task>/<model>-len<L>" -> "/<task>")."""
-    return f"{RESULTS}/data{'/' + tkey.split('/')[1] if tkey else ''}/raw"
+    """The loaded data a tokenized set is made from (its key's <task> part)."""
+    task = tkey.split(os.sep)[1] if tkey else ""
+    return f"{RESULTS}/data/{task}/raw" if task else f"{RESULTS}/data/raw"
 
 
 def run_raw(wildcards):
@@ -153,7 +155,7 @@ def demo_glue_files():
 
 
 def data_scope(key):
-    """ "/mrpc" -> the scope "data/mrpc/" (its config slice)."""
+    """A key (a slash and <task>) -> the scope data/<task>/ (its config slice)."""
     return f"data{key}/" if key else ""
 
 

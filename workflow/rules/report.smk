@@ -103,7 +103,7 @@ rule report_table:
     conda:
         "../../envs/cpuddp.yaml"
     params:
-        results=RESULTS,
+        results=lambda wc, output: os.path.dirname(output.md),
         report_dir=lambda wc, output: os.path.dirname(output.table),
     shell:
         "python -m workflow.scripts.report.table --config {input.cfg} --results {params.results:q}"
