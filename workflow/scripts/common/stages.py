@@ -24,6 +24,8 @@ def stage_config(stage: str, config: dict) -> dict:
         "data": lambda: {"task": config["task"], "data": data_slice(config)},
         "tokenize": lambda: {**model, "train": pick(config["train"], "max_seq_length", "doc_stride")},
         "report": lambda: {**{k: config.get(k) for k in ("experiment", "task", "model", "published", "sweep")},
+                           # the file's keys are sorted; run names follow the sweep's own order
+                           "sweep_order": list(config.get("sweep") or {}),
                            "train": pick(config["train"], "seed", "learning_rate")},
         "plan": lambda: {**model, **{k: config.get(k) for k in ("experiment", "published", "sweep", "plan")},
                          "train": config["train"], "distributed": config["distributed"]},

@@ -99,7 +99,7 @@ def summarize(experiment: str, results_dir: Path, runs: list[str], settings: dic
     entries = [run_entry(name, results_dir / name) for name in runs]
     add_scaling(entries)
     summary = {"experiment": experiment, "baseline": entries[0]["run"], "runs": entries}
-    sweep = (settings or {}).get("sweep") or {}
+    sweep = table.sweep_of(settings or {})
     if sweep:
         values = named_values(sweep)
         for entry in entries:

@@ -22,6 +22,12 @@ from workflow.scripts.report import glue_table, table_render
 from workflow.scripts.report.charts import plot_seeds
 
 
+def sweep_of(settings: dict) -> dict:
+    """The sweep in its own key order (run names follow it; the JSON file sorts keys)."""
+    sweep = settings.get("sweep") or {}
+    return {k: sweep[k] for k in settings.get("sweep_order") or sweep}
+
+
 def base_of(settings: dict) -> dict:
     """What runs that do not sweep a key share: the experiment's own values."""
     train = settings.get("train") or {}
@@ -37,14 +43,14 @@ def from_summary(settings: dict, summary: dict) -> dict:
 
 def from_folders(settings: dict, results_dir: Path) -> dict:
     """The table of the runs that have an evaluation so far."""
-    planned = named_values(settings.get("sweep") or {})
+    planned = named_values(sweep_of(settings))
     found = {run: read_json(results_dir / run / "eval_fp32.json") for run in planned
              if (results_dir / run / "eval_fp32.json").is_file()}
     return make(settings, found)
 
 
 def make(settings: dict, results: dict) -> dict:
-    planned = named_values(settings.get("sweep") or {})
+    planned = named_values(sweep_of(settings))
     return glue_table.build(planned, results, base_of(settings), settings.get("published"))
 
 
