@@ -46,3 +46,4 @@ rule all:
     input:
         rules.report_summary.output,
         plan_outputs(),
+        table_outputs(),

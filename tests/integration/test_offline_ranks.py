@@ -1,6 +1,6 @@
 """The model fetched once, on the launch node: a Hub id goes through the
 Hugging Face cache (pre-fetched there, HF_HUB_OFFLINE=1 for the workflow as
-on a login node that fetched it earlier) into results/<exp>/data/model, and
+on a login node that fetched it earlier) into results/<exp>/data/models/<model>, and
 the ranks train from that copy with the network taken away from them: a
 sitecustomize refuses and notes any lookup or connection leaving the
 machine, and HF_ENDPOINT points at a closed local port."""
@@ -50,10 +50,10 @@ def test_ranks_train_from_the_fetched_copy_without_the_network(tmp_path, tiny_mo
                                     "CPUDDP_NET_LOG": str(net_log)}
     snakemake(tmp_path, write_config(tmp_path / "offline.yaml", config), "results/offline/default/model")
 
-    fetched = tmp_path / "results" / "offline" / "data" / "model"
+    fetched = tmp_path / "results" / "offline" / "data" / "models" / "cpuddp-test--tiny-bert"
     assert (fetched / "model.safetensors").is_file() and not (fetched / "model.safetensors").is_symlink()
     train_cfg = json.loads((tmp_path / "results" / "offline" / "default" / "config" / "train.json").read_text())
-    assert train_cfg["model"] == "results/offline/data/model"  # the ranks' model: the local copy
+    assert train_cfg["model"] == "results/offline/data/models/cpuddp-test--tiny-bert"  # the local copy
     notes = [json.loads(line) for line in net_log.read_text().splitlines()]
     starts = [n for n in notes if n["kind"] == "start"]
     assert {n["rank"] for n in starts} == {"0", "1"}  # both ranks ran under the guard (pin and rank processes)

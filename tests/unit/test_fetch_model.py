@@ -66,9 +66,9 @@ def test_a_snapshot_without_safetensors_is_refused(tmp_path, monkeypatch):
 
 def test_ranks_and_tokenizer_read_the_copy_and_local_models_stay_in_place(minilm_dir):
     hub = {"experiment": "e", "task": "mrpc", "model": "org/tiny-bert", "train": {}, "distributed": {}}
-    assert model_copy.local_model(hub) == "results/e/data/model"
-    assert stages.stage_config("train", hub)["model"] == "results/e/data/model"
-    assert stages.stage_config("tokenize", hub)["model"] == "results/e/data/model"
+    assert model_copy.local_model(hub) == "results/e/data/models/org--tiny-bert"
+    assert stages.stage_config("train", hub)["model"] == "results/e/data/models/org--tiny-bert"
+    assert stages.stage_config("tokenize", hub)["model"] == "results/e/data/models/org--tiny-bert"
     assert stages.stage_config("report", hub)["model"] == "org/tiny-bert"  # the report names the Hub id
     local = {**hub, "model": str(minilm_dir)}
     assert stages.stage_config("train", local)["model"] == str(minilm_dir)  # not copied

@@ -11,8 +11,8 @@ rule evaluate_fp32:
         cfg="results/{experiment}/{run}/config/evaluate.json",
         env="results/{experiment}/{run}/environment.json",
         model="results/{experiment}/{run}/model",
-        data="results/{experiment}/data/tokenized",
-        raw="results/{experiment}/data/raw",
+        data=run_tokens,
+        raw=run_raw,
     output:
         "results/{experiment}/{run}/eval_fp32.json",
     log:
@@ -29,7 +29,7 @@ rule convert_openvino:
     input:
         cfg="results/{experiment}/{run}/config/convert.json",
         model="results/{experiment}/{run}/model",
-        data="results/{experiment}/data/tokenized",
+        data=run_tokens,
     output:
         directory("results/{experiment}/{run}/model_openvino"),
     log:
@@ -46,7 +46,7 @@ rule quantize_static:
     input:
         cfg="results/{experiment}/{run}/config/quantize.json",
         model="results/{experiment}/{run}/model",
-        data="results/{experiment}/data/tokenized",
+        data=run_tokens,
     output:
         directory("results/{experiment}/{run}/model_int8"),
     log:
@@ -67,8 +67,8 @@ rule evaluate_runtimes:
         model="results/{experiment}/{run}/model",
         openvino="results/{experiment}/{run}/model_openvino",
         int8="results/{experiment}/{run}/model_int8",
-        data="results/{experiment}/data/tokenized",
-        raw="results/{experiment}/data/raw",
+        data=run_tokens,
+        raw=run_raw,
         fp32="results/{experiment}/{run}/eval_fp32.json",
     output:
         "results/{experiment}/{run}/eval_runtimes.json",

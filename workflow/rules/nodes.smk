@@ -15,7 +15,7 @@ rule environment_check:
     # One rank per node, through the launcher that trains: every node must
     # agree on versions and workflow revision.
     resources:
-        mpi=lambda wc: int(resources.per_node_job(dist_of(wc))),
+        mpi=lambda wc: int(resources.check_holds_mpi(dist_of(wc))),
         nodes=lambda wc: dist_of(wc)["nodes"],
         tasks=lambda wc: resources.slurm_tasks(dist_of(wc), 1)["tasks"],
         cpus_per_task=1,
@@ -37,5 +37,6 @@ rule setup_nodes:
         "../../envs/cpuddp.yaml"
     resources:
         mpi=1,
+        nodes=ALL_NODES,
     shell:
         "python -m workflow.scripts.nodes.setup --config {input.cfg} 2> {log}"

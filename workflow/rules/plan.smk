@@ -18,6 +18,7 @@ rule plan_profile:
     threads: machine_cores()
     resources:
         mpi=1,
+        nodes=ALL_NODES,
     shell:
         "python -m workflow.scripts.plan.profile --config {input.cfg} --environment {input.env}"
         " --out {output} 2> {log}"
@@ -35,6 +36,7 @@ rule plan_network:
         "../../envs/cpuddp.yaml"
     resources:
         mpi=1,
+        nodes=ALL_NODES,
     params:
         rank_logs=f"logs/plan_network/{EXP}",
     shell:

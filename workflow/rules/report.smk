@@ -71,6 +71,40 @@ rule report_summary:
         report_dir=lambda wc, output: os.path.dirname(output.scaling),
     shell:
         "python -m workflow.scripts.report.summary --experiment {params.experiment:q} --results {params.results:q}"
-        " {params.runs:q} --out {output.summary} 2> {log}"
+        " {params.runs:q} --config {input.cfg} --out {output.summary} 2> {log}"
         " && python -m workflow.scripts.report.render --summary {output.summary} --config {input.cfg}"
         " --results {params.results:q} --out-dir {params.report_dir:q} 2>> {log}"
+
+
+# The accuracy table of a sweep over task or seed (in `rule all` then):
+# results/<experiment>/table.md and table.csv, and for the report the table
+# and each seed's score per task (workflow/scripts/report/table.py).
+rule report_table:
+    input:
+        cfg=f"{RESULTS}/config/report.json",
+        summary=f"{RESULTS}/summary.json",
+    output:
+        md=f"{RESULTS}/table.md",
+        csv=f"{RESULTS}/table.csv",
+        table=report(
+            f"{RESULTS}/report/table.html",
+            caption="../report/table.rst",
+            category="Accuracy table",
+            labels={"table": "tasks x models"},
+        ),
+        seeds=report(
+            f"{RESULTS}/report/seeds.png",
+            caption="../report/table.rst",
+            category="Accuracy table",
+            labels={"chart": "score per seed"},
+        ),
+    log:
+        f"logs/report_table/{EXP}.log",
+    conda:
+        "../../envs/cpuddp.yaml"
+    params:
+        results=lambda wc, output: os.path.dirname(output.md),
+        report_dir=lambda wc, output: os.path.dirname(output.table),
+    shell:
+        "python -m workflow.scripts.report.table --config {input.cfg} --results {params.results:q}"
+        " --summary {input.summary} --out-dir {params.report_dir:q} > {log} 2>&1"

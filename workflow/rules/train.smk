@@ -6,9 +6,9 @@ rule train_ddp:
     input:
         cfg="results/{experiment}/{run}/config/train.json",
         env="results/{experiment}/{run}/environment.json",
-        data="results/{experiment}/data/tokenized",
+        data=run_tokens,
         # the model's local copy (a Hub id fetched once by data_fetch_model)
-        model=fetched_model,
+        model=lambda wc: fetched_model_of(RUNS[wc.run]),
     output:
         model=directory("results/{experiment}/{run}/model"),
         metrics="results/{experiment}/{run}/train_metrics.json",
@@ -53,8 +53,8 @@ rule train_ddp:
 rule tune_layout:
     input:
         cfg=f"{RESULTS}/{FIRST_RUN}/config/train.json",
-        data="results/{experiment}/data/tokenized",
-        model=fetched_model,
+        data=tokens_of(FIRST_RUN),
+        model=lambda wc: fetched_model_of(RUNS[FIRST_RUN]),
     output:
         "results/{experiment}/tune/layout.json",
     log:
@@ -64,6 +64,7 @@ rule tune_layout:
     threads: machine_cores()
     resources:
         mpi=1,
+        nodes=ALL_NODES,
     shell:
         "python -m workflow.scripts.train.tune --config {input.cfg} --data {input.data} --out {output} 2> {log}"
 

@@ -9,27 +9,20 @@ from __future__ import annotations
 import copy
 import json
 import importlib.util
-import itertools
 from pathlib import Path
 
 import jsonschema
 import yaml
 
 from workflow.scripts.common.errors import UserError
+from workflow.scripts.common import sweep as sweeps
 from workflow.scripts.common.hostfile import check_nodes
 from workflow.scripts.common.layers import coerce
 from workflow.scripts.common.recipe import RecipeError, apply_required_threads, with_task_defaults
 from workflow.scripts.common.tasks import formats_for, get_task
 
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "schemas" / "config.schema.yaml"
-SWEEP_SECTIONS = {
-    "nodes": "distributed",
-    "processes_per_node": "distributed",
-    "threads_per_process": "distributed",
-    "backend": "distributed",
-    "precision": "train",
-    "gradient_accumulation_steps": "train",
-}
+SWEEP_SECTIONS = sweeps.SECTIONS
 
 
 class ConfigError(ValueError):
@@ -60,6 +53,8 @@ def _describe(error: jsonschema.ValidationError) -> str:
     if "enum" in schema:
         allowed = " ".join(str(v).lower() if isinstance(v, bool) else str(v) for v in schema["enum"])
         return f"{key}: {error.instance!r} is not allowed; choose one of: {allowed}"
+    if error.validator == "anyOf" and key == "data":
+        return "data: give data.train and data.validation, or data.glue_dir (a GLUE archive folder)"
     if error.validator == "oneOf":
         return f"{key}: {error.instance!r} is not allowed; use a positive integer, 'auto' or 'tuned'"
     return f"{key}: {error.message}"
@@ -103,9 +98,14 @@ def validate(config: dict) -> dict:
     config = _fill_defaults(schema, config)
     try:
         with_task_defaults(config)
+        sweeps.resolve_glue_dir(config)
     except RecipeError as err:
         raise ConfigError(f"config error: {err}") from None
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
     _check_consistency(config)
+    for run in runs(config).values():  # a swept task must fit the data too
+        _check_consistency(run)
     return config
 
 
@@ -180,24 +180,18 @@ def resolve_model(model: str) -> str:
 
 def runs(config: dict) -> dict[str, dict]:
     """Expand the sweep: run name -> full config of that run (baseline first)."""
-    sweep = config.get("sweep") or {}
-    if not sweep:
-        return {"default": config}
-    keys = list(sweep)
-    expanded = {}
-    for values in itertools.product(*(sweep[k] for k in keys)):
-        run = copy.deepcopy(config)
-        run.pop("sweep")
-        for key, value in zip(keys, values):
-            run[SWEEP_SECTIONS[key]][key] = value
-        name = "-".join(f"{_short(k)}{v}" for k, v in zip(keys, values))
-        expanded[name] = run
+    try:
+        expanded = sweeps.runs(config)
+    except (sweeps.SweepError, ValueError) as err:
+        raise ConfigError(str(err)) from None
+    swept_tasks = {get_task(t).is_qa for t in (config.get("sweep") or {}).get("task", [])}
+    if len(swept_tasks) > 1:  # one max_seq_length/doc_stride for all: 128 cuts SQuAD, 384 pads GLUE
+        raise ConfigError("config error: sweep.task mixes SQuAD with GLUE tasks, whose train.max_seq_length "
+                          "defaults differ (384 and 128); run them as two experiments")
+    if "model" in (config.get("sweep") or {}):  # pkg:<package>/<folder> models, each resolved
+        for run in expanded.values():
+            run["model"] = resolve_model(run["model"])
     return expanded
-
-
-def _short(key: str) -> str:
-    return {"nodes": "n", "processes_per_node": "ppn", "threads_per_process": "t",
-            "backend": "", "precision": "", "gradient_accumulation_steps": "acc"}[key]
 
 
 def check_hostfile(config: dict, base: Path = Path(".")) -> None:
@@ -243,7 +237,8 @@ def check_slurm_threads(config: dict) -> None:
 def load_config(config: dict, base: Path = Path(".")) -> dict:
     """Everything the Snakefile needs: validated config and its runs."""
     config = validate(config)
-    check_data_files(config, base)
+    for run in runs(config).values():  # each swept task's own files
+        check_data_files(run, base)
     if config["distributed"]["launcher"] == "srun":
         check_slurm_threads(config)  # `auto` becomes the cluster's cpus-per-task first
     try:

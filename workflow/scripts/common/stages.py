@@ -27,7 +27,10 @@ def stage_config(stage: str, config: dict) -> dict:
     slices = {
         "data": lambda: {"task": config["task"], "data": data_slice(config)},
         "tokenize": lambda: {**local, "train": pick(config["train"], "max_seq_length", "doc_stride")},
-        "report": lambda: {k: config.get(k) for k in ("experiment", "task", "model", "published")},
+        "report": lambda: {**{k: config.get(k) for k in ("experiment", "task", "model", "published", "sweep")},
+                           # the file's keys are sorted; run names follow the sweep's own order
+                           "sweep_order": list(config.get("sweep") or {}),
+                           "train": pick(config["train"], "seed", "learning_rate")},
         "plan": lambda: {**model, **{k: config.get(k) for k in ("experiment", "published", "sweep", "plan")},
                          "train": config["train"], "distributed": config["distributed"]},
         "environment": lambda: {"distributed": config["distributed"],

@@ -203,3 +203,22 @@ def get_task(name: str) -> Task:
     except (KeyError, TypeError):
         raise UnknownTaskError(
             f"unknown task {name!r}: use one of {', '.join(TASKS)}") from None
+
+
+# The folder of each GLUE task in the original archive (download_glue_data.py),
+# which data.glue_dir points at, as run_glue's --data_dir did.
+GLUE_ARCHIVE_FOLDERS = {"cola": "CoLA", "sst2": "SST-2", "mrpc": "MRPC", "qqp": "QQP", "stsb": "STS-B",
+                        "mnli": "MNLI", "qnli": "QNLI", "rte": "RTE", "wnli": "WNLI"}
+
+
+def glue_archive_files(task: Task, glue_dir: str) -> dict[str, str]:
+    """data.train / validation (/ validation_mismatched) of `task` inside a
+    GLUE archive folder: `<glue_dir>/MRPC/train.tsv`, `.../MNLI/dev_matched.tsv`."""
+    if task.name not in GLUE_ARCHIVE_FOLDERS:
+        raise ValueError(f"config error: data.glue_dir holds GLUE tasks; {task.name} is not one "
+                         "(give data.train and data.validation)")
+    folder = f"{glue_dir.rstrip('/')}/{GLUE_ARCHIVE_FOLDERS[task.name]}"
+    keys = ("validation", "validation_mismatched")
+    files = {"train": f"{folder}/train.tsv"}
+    files.update({k: f"{folder}/{name}" for k, name in zip(keys, task.glue_tsv.validation_files)})
+    return files

@@ -70,6 +70,8 @@ class DataFiles(_View):
     dataset: str | None = None
     """format hub: the Hub dataset id whose splits train and validation name."""
     dataset_config: str | None = None
+    glue_dir: str | None = None
+    """A GLUE archive folder; train and validation are the task's files in it."""
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@ into a folder the ranks load with the Hub offline (common/model_copy.py).
 It goes through the Hugging Face cache (HF_HOME), so a model pre-fetched
 there (`hf download <id>`) is copied without the network.
 
-    python -m workflow.scripts.data.fetch_model --model ID --out results/<experiment>/data/model
+    python -m workflow.scripts.data.fetch_model --model ID --out results/<experiment>/data/models/<model>
 """
 
 from __future__ import annotations

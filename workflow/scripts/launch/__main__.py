@@ -16,7 +16,7 @@ from pathlib import Path
 
 from workflow.scripts.common import step
 from workflow.scripts.common.views import TrainView
-from workflow.scripts.launch import hosts, job, tries
+from workflow.scripts.launch import hosts, job, lease, tries
 
 
 def main(argv=None) -> None:
@@ -30,13 +30,15 @@ def main(argv=None) -> None:
     program = args.program[1:] if args.program[:1] == ["--"] else args.program
     config = step.read_view(args, TrainView)
     info = json.loads(Path(args.environment).read_text())
-    if not args.tries:
-        job.run(config, info, program, args.log_dir)
-        return
-    with tries.recorded(args.tries, args.attempt, args.log_dir, {}) as entry:
-        chosen, dropped = hosts.for_retry(config) if args.attempt > 1 else (None, [])
-        entry.update(hosts=chosen, dropped=dropped)
-        job.run(config, info, program, args.log_dir, hosts=chosen)
+    # Packed runs (profiles/xeon, -j N): nodes no other training holds.
+    with lease.held(config, args.log_dir or "launch") as leased:
+        if not args.tries:
+            job.run(config, info, program, args.log_dir, hosts=leased)
+            return
+        with tries.recorded(args.tries, args.attempt, args.log_dir, {}) as entry:
+            chosen, dropped = hosts.for_retry(config, leased) if args.attempt > 1 else (None, [])
+            entry.update(hosts=chosen or leased, dropped=dropped)
+            job.run(config, info, program, args.log_dir, hosts=chosen or leased)
 
 
 if __name__ == "__main__":

@@ -17,17 +17,18 @@ ANSWER = ("import json; from workflow.scripts.launch import ranks; "
           "print('CPUDDP-NODE ' + json.dumps({'rank': ranks.read().rank}), flush=True)")
 
 
-def reachable(config, timeout: float) -> tuple[list[str], list[str]]:
+def reachable(config, timeout: float, pool: list[str] | None = None) -> tuple[list[str], list[str]]:
     """(hosts that answer, in hostfile order; what is wrong with the others)."""
     dist = distributed_of(config)
-    hosts = read_hostfile(dist.hostfile)
+    hosts = pool or read_hostfile(dist.hostfile)
     reports, problems = reach_each(config, mpi.detect_launcher(dist), hosts, [sys.executable, "-c", ANSWER],
                                    timeout)
     return [hosts[r["rank"]] for r in reports], problems
 
 
-def for_retry(config) -> tuple[list[str] | None, list[str]]:
-    """(hosts to run on, hosts dropped); (None, []) keeps the run's own."""
+def for_retry(config, pool: list[str] | None = None) -> tuple[list[str] | None, list[str]]:
+    """(hosts to run on, hosts dropped); (None, []) keeps the run's own.
+    `pool`: the hosts this launch leased (packed runs), else the hostfile's."""
     dist = distributed_of(config)
     min_nodes = dist.min_nodes or dist.nodes
     if dist.launcher == "srun":
@@ -37,10 +38,11 @@ def for_retry(config) -> tuple[list[str] | None, list[str]]:
             print(f"warning: distributed.min_nodes does not apply under Slurm: this try runs on a new "
                   f"allocation of {dist.nodes} nodes (a partition with fewer up makes it pend)", file=sys.stderr)
         return None, []
-    if not dist.hostfile or min_nodes >= dist.nodes and len(read_hostfile(dist.hostfile)) <= dist.nodes:
+    candidates = pool or (read_hostfile(dist.hostfile) if dist.hostfile else [])
+    if not dist.hostfile or min_nodes >= dist.nodes and len(candidates) <= dist.nodes:
         return None, []
-    alive, problems = reachable(config, dist.check_timeout_seconds)
-    wanted = read_hostfile(dist.hostfile)[:dist.nodes]
+    alive, problems = reachable(config, dist.check_timeout_seconds, pool)
+    wanted = candidates[:dist.nodes]
     if len(alive) < min_nodes:
         raise UserError(f"only {len(alive)} of the hostfile's nodes answer ({'; '.join(problems)}), fewer than "
                         f"distributed.min_nodes ({min_nodes}); bring nodes back or lower min_nodes")

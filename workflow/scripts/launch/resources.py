@@ -1,7 +1,37 @@
-"""Snakemake resources of the rules that launch ranks (profiles/xeon caps
-`mpi`; profiles/slurm sizes the allocation from the rest)."""
+"""Snakemake resources of the rules that launch ranks (profiles/local caps
+`mpi`; with a hostfile the `nodes` resource counts its nodes, which packed
+runs share out (launch/lease.py says which); profiles/slurm sizes the
+allocation from the rest)."""
 
 from __future__ import annotations
+
+
+def leasing(dist: dict) -> bool:
+    """Runs lease hostfile nodes (mpirun from a hostfile; Slurm places its own jobs)."""
+    return dist.get("launcher") != "srun" and bool(dist.get("hostfile"))
+
+
+def at_once(run_nodes: list[int], hostfile_nodes: int) -> int:
+    """How many runs can train at the same time on disjoint nodes: the most
+    that fit, smallest first (at least one: a run never waits for itself)."""
+    total, count = 0, 0
+    for nodes in sorted(run_nodes):
+        if total + nodes > hostfile_nodes:
+            break
+        total, count = total + nodes, count + 1
+    return max(count, 1)
+
+
+def packing(dist: dict, run_nodes: list[int], hostfile_nodes: int | None) -> str:
+    """The dry run's line: how many runs, and how many can run at once."""
+    runs = f"{len(run_nodes)} runs"
+    if dist.get("launcher") == "srun":
+        return f"{runs}, each its own Slurm job (Slurm packs them onto the partition's nodes)"
+    if not leasing(dist):
+        return f"{runs}, one at a time (every rank on this machine)"
+    n = at_once(run_nodes, hostfile_nodes)
+    return (f"{runs}; up to {n} at once on disjoint nodes of the hostfile's {hostfile_nodes} "
+            f"(runs take {'/'.join(map(str, sorted(set(run_nodes))))} nodes each; -j caps it too)")
 
 def per_node_job(dist: dict) -> bool:
     """Whether the environment check launches one rank per node (else it
@@ -9,11 +39,20 @@ def per_node_job(dist: dict) -> bool:
     return dist["nodes"] > 1 or bool(dist.get("hostfile"))
 
 
+def check_holds_mpi(dist: dict) -> bool:
+    """The environment check holds `mpi` when it launches, except when it
+    leases its nodes (then it holds `nodes`, as training does)."""
+    return per_node_job(dist) and not leasing(dist)
+
+
 def mpi_job(dist: dict) -> bool:
-    """Whether training holds the `mpi` resource: always with mpirun; under
+    """Whether training holds the `mpi` resource: with mpirun on this machine
+    (with a hostfile it holds `nodes` instead, so that runs pack); under
     Slurm only with several ranks (the executor then sizes the job with tasks
     or tasks_per_node; one rank is a one-task job, and the launcher still
     starts it with srun, so that Slurm binds it)."""
+    if leasing(dist):
+        return False
     return dist.get("launcher") != "srun" or dist["nodes"] * dist["processes_per_node"] > 1
 
 

@@ -18,6 +18,7 @@ from workflow.scripts.common.errors import UserError
 from workflow.scripts.common.views import EnvironmentView
 from workflow.scripts.launch import command, mpi
 from workflow.scripts.nodes import describe
+from workflow.scripts.launch import lease
 from workflow.scripts.launch.reach import reach_each
 
 AGREE = {"python": "Python", "torch": "torch", "transformers": "transformers",
@@ -51,11 +52,13 @@ def check(config: EnvironmentView | dict, timeout: float) -> dict:
     if not dist.hostfile and dist.nodes == 1:
         return describe.environment_record(config)
     launcher = mpi.detect_launcher(dist)
-    hosts = command.run_hosts(dist)
-    master = command.master_addr(hosts) if hosts else "127.0.0.1"
-    program = [sys.executable, "-m", "workflow.scripts.nodes.probe", "--config-json",
-               json.dumps(config.as_dict(), sort_keys=True), "--master-addr", master]
-    reports, problems = reach_each(config, launcher, hosts, program, timeout)
+    # Packed runs (profiles/xeon, -j N): check nodes no training holds.
+    with lease.held(config, "environment check") as leased:
+        hosts = leased or command.run_hosts(dist)
+        master = command.master_addr(hosts) if hosts else "127.0.0.1"
+        program = [sys.executable, "-m", "workflow.scripts.nodes.probe", "--config-json",
+                   json.dumps(config.as_dict(), sort_keys=True), "--master-addr", master]
+        reports, problems = reach_each(config, launcher, hosts, program, timeout)
     names = dict(enumerate(hosts)) if hosts else \
         {r["rank"]: r.get("report", r).get("host", f"node {r['rank']}") for r in reports}
     problems += [f"node {names[r['rank']]}: {r['error']}" for r in reports if "error" in r]

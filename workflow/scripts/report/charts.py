@@ -120,3 +120,26 @@ def plot_plan(plan: dict, path: Path) -> None:
     axes[0][-1].legend(fontsize="x-small", loc="lower left")
     fig.suptitle(f"Scaling plan: {plan['title']}")
     _save(fig, path)
+
+
+def plot_seeds(table: dict, path: Path) -> None:
+    """Per task, each seed's score at the chosen rate (one marker per seed,
+    one colour per row), so that the spread behind mean ± std is visible."""
+    plt = _pyplot()
+    tasks = table["tasks"] or ["(none)"]
+    fig, ax = plt.subplots(figsize=(max(4.0, 1.2 * len(tasks)), 3.5))
+    rows = table["rows"]
+    width = 0.8 / max(1, len(rows))
+    for i, row in enumerate(rows):
+        xs, ys = [], []
+        for j, task in enumerate(tasks):
+            cell = row["cells"].get(task) or {}
+            for seed in cell.get("seeds", []):
+                xs.append(j - 0.4 + width * (i + 0.5))
+                ys.append(seed["score"])
+        ax.scatter(xs, ys, label=row["row"], s=18)
+    ax.set_xticks(range(len(tasks)), [t.upper() for t in tasks])
+    ax.set_ylabel("dev score per seed (%)")
+    if rows:
+        ax.legend(fontsize="small")
+    _save(fig, path)

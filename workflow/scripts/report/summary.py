@@ -7,7 +7,9 @@ from pathlib import Path
 
 from workflow.scripts.common.atomic import read_json, write_json
 from workflow.scripts.common.errors import run_cli
+from workflow.scripts.common.sweep import named_values
 from workflow.scripts.infer.policy import CANDIDATES
+from workflow.scripts.report import glue_table, table
 from workflow.scripts.report.runs import DEPLOY_FILE, ENVIRONMENT, RUNTIMES, read_environment, read_train_metrics
 
 
@@ -91,11 +93,20 @@ def _cores(entry: dict) -> int:
     return entry["world_size"] * entry["threads_per_process"]
 
 
-def summarize(experiment: str, results_dir: Path, runs: list[str]) -> dict:
-    """summary.json: one entry per run, the first run the scaling baseline."""
+def summarize(experiment: str, results_dir: Path, runs: list[str], settings: dict | None = None) -> dict:
+    """summary.json: one entry per run, the first run the scaling baseline;
+    with a sweep, each entry's swept values, and over task or seed the table."""
     entries = [run_entry(name, results_dir / name) for name in runs]
     add_scaling(entries)
-    return {"experiment": experiment, "baseline": entries[0]["run"], "runs": entries}
+    summary = {"experiment": experiment, "baseline": entries[0]["run"], "runs": entries}
+    sweep = table.sweep_of(settings or {})
+    if sweep:
+        values = named_values(sweep)
+        for entry in entries:
+            entry["sweep"] = values.get(entry["run"], {})
+    if glue_table.wanted(sweep):
+        summary["table"] = table.from_summary(settings, summary)
+    return summary
 
 
 def main(argv=None) -> None:
@@ -103,9 +114,11 @@ def main(argv=None) -> None:
     parser.add_argument("--experiment", required=True)
     parser.add_argument("--results", required=True, help="results/<experiment> folder")
     parser.add_argument("--run", action="append", required=True, help="run name (baseline first)")
+    parser.add_argument("--config", help="report settings JSON (the sweep, for the table)")
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
-    summary = summarize(args.experiment, Path(args.results), args.run)
+    settings = read_json(args.config) if args.config else None
+    summary = summarize(args.experiment, Path(args.results), args.run, settings)
     write_json(args.out, summary)
     print(f"summary: {args.out}")
 

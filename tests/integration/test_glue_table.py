@@ -1,0 +1,73 @@
+"""The accuracy table through the real workflow: experiments/demo-glue-table.yaml
+(its generated GLUE archive, a task and seed sweep) with a tiny model and a
+few steps; an interrupted sweep trains only the runs without a result, and
+the table is rebuilt from the runs that exist, marking the missing cells."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import REPO, snakemake, write_config
+
+EXPERIMENT = "demo-glue-table"
+
+
+def table_experiment(work: Path, model: Path) -> Path:
+    """The demo table, small: 3 tasks x 2 seeds, one rate, 2 steps each."""
+    config = yaml.safe_load((REPO / "experiments" / f"{EXPERIMENT}.yaml").read_text())
+    config["model"] = str(model)
+    config["data"]["generate"] = {"train": 64, "validation": 32, "seed": 0}
+    config["train"].update(max_steps=2, batch_size=8, learning_rate=1e-3, log_every=1)
+    config["distributed"]["threads_per_process"] = 1
+    config["sweep"] = {"task": ["mrpc", "rte", "stsb"], "seed": [1, 2]}
+    return write_config(work / "table.yaml", config)
+
+
+@pytest.fixture(scope="module")
+def table_run(tmp_path_factory, tiny_model_dir):
+    work = tmp_path_factory.mktemp("glue-table")
+    configfile = table_experiment(work, tiny_model_dir)
+    snakemake(work, configfile)
+    return work, configfile
+
+
+def test_the_table_has_every_task_seed_and_the_glue_score(table_run):
+    work, _ = table_run
+    results = work / "results" / EXPERIMENT
+    summary = json.loads((results / "summary.json").read_text())
+    assert [r["run"] for r in summary["runs"]][:2] == ["mrpc-s1", "mrpc-s2"]
+    assert summary["runs"][0]["sweep"] == {"task": "mrpc", "seed": 1}
+    (row,) = summary["table"]["rows"]
+    assert set(row["cells"]) == {"mrpc", "rte", "stsb"} and all(c["n"] == 2 for c in row["cells"].values())
+    assert set(row["cells"]["stsb"]["metrics"]) == {"pearson", "spearmanr", "score"}
+    assert row["glue"]["tasks"] == ["mrpc", "stsb", "rte"] and "cola" in row["glue"]["missing"]
+    text = (results / "table.md").read_text()
+    assert "MRPC (F1/acc)" in text and "STSB (Pearson/Spearman)" in text and "lr 0.001, n=2" in text
+    assert "GLUE score over 3 of 9 tasks; missing: cola, sst2, qqp, mnli, qnli, wnli" in text
+    assert (results / "table.csv").read_text().startswith("row,task,metric")
+    assert (results / "report" / "seeds.png").stat().st_size > 0
+    # the tokenized data is shared per task (one per task, not per run)
+    assert sorted(p.parent.parent.name for p in (results / "data").glob("*/*/tokenized")) == ["mrpc", "rte", "stsb"]
+
+
+def test_an_interrupted_sweep_trains_only_the_missing_runs(table_run):
+    work, configfile = table_run
+    results = work / "results" / EXPERIMENT
+    shutil.rmtree(results / "rte-s2")  # as if the sweep had stopped before it
+    done = subprocess.run([sys.executable, "-m", "workflow.scripts.report.table", "--config",
+                           str(results / "config" / "report.json"), "--results", str(results),
+                           "--out-dir", str(results / "report")], capture_output=True, text=True, cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    text = (results / "table.md").read_text()
+    assert "n=1/2" in text and "1 runs have no result yet" in text
+    planned = snakemake(work, configfile, "--dry-run").stdout
+    trained = re.findall(r"rule train_ddp:\n(?:\s+\w+:.*\n)*?\s+output: (\S+)", planned)
+    assert [Path(p.rstrip(",")).parent.name for p in trained] == ["rte-s2"], planned

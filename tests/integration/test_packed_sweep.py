@@ -1,0 +1,91 @@
+"""A sweep packed onto the nodes (profiles/xeon, -j 4): four 1-node runs on
+two namespace hosts (tests/netns, as test_multinode.py) train two at a time,
+never two on one host, and every host is free at the end, even when a run's
+rank is killed and Snakemake retries it. Root only, about a minute."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import psutil
+import yaml
+
+from conftest import BIN, REPO, write_config
+from test_multinode import cluster, cluster_file, host_env, needs_root, on_host, tiny_experiment  # noqa: F401
+
+RUNS = ["s1", "s2", "s3", "s4"]
+
+
+def packed_experiment(work: Path) -> Path:
+    config = yaml.safe_load(tiny_experiment(work, "packed").read_text())
+    config["train"].update(max_steps=20, log_every=5)
+    config["sweep"] = {"seed": [1, 2, 3, 4]}
+    return write_config(work / "packed.yaml", config)
+
+
+def kill_a_rank_of(run: str, job: subprocess.Popen, timeout: float = 120) -> None:
+    """SIGKILL one training rank of `run` once it exists: its try fails."""
+    deadline = time.time() + timeout
+    while time.time() < deadline and job.poll() is None:
+        for proc in psutil.Process().children(recursive=True):
+            try:
+                cmd = " ".join(proc.cmdline())
+            except psutil.Error:
+                continue
+            if "workflow.scripts.train.rank" in cmd and f"/packed/{run}" in cmd:
+                os.kill(proc.pid, signal.SIGKILL)
+                return
+        time.sleep(0.05)
+    raise AssertionError(f"no rank of {run} seen")
+
+
+def holders_over_time(events: list[dict]) -> list[dict]:
+    """host -> owner after each lease event."""
+    held, states = {}, []
+    for event in events:
+        for host in event["hosts"]:
+            if event["event"] == "acquire":
+                assert host not in held, f"{host} leased twice: {held[host]} and {event['owner']}"
+                held[host] = event["owner"]
+            else:
+                held.pop(host, None)
+        states.append(dict(held))
+    return states
+
+
+@needs_root
+def test_four_one_node_runs_share_two_hosts_two_at_a_time(cluster):  # noqa: F811
+    work, hosts, mapping = cluster
+    cluster_path = cluster_file(work, [hosts[0].name, hosts[1].name], nodes=1)
+    argv = [str(BIN / "snakemake"), "--snakefile", str(REPO / "Snakefile"), "--directory", str(work),
+            "--profile", str(REPO / "profiles" / "xeon"), "-j", "4", "--configfile", str(packed_experiment(work)),
+            "--config", f"cluster={cluster_path}"]
+    dry = subprocess.run(on_host(hosts[0], [*argv, "--dry-run"]), capture_output=True, text=True,
+                         env=host_env(mapping), timeout=120)
+    assert "sweep: 4 runs; up to 2 at once on disjoint nodes of the hostfile's 2" in dry.stderr, dry.stderr[-2000:]
+    started = time.time()
+    job = subprocess.Popen(on_host(hosts[0], argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           env=host_env(mapping))
+    kill_a_rank_of("s2", job)
+    out, _ = job.communicate(timeout=240)
+    assert job.returncode == 0, out[-6000:]
+
+    (leases,) = (work / ".snakemake" / "cpuddp-leases").iterdir()
+    assert json.loads((leases / "leases.json").read_text()) == {}  # every host free at the end
+    events = [json.loads(line) for line in (leases / "events.log").read_text().splitlines()]
+    states = holders_over_time(events)
+    trainings = [{h: o for h, o in s.items() if "train_ddp" in o} for s in states]
+    assert max(len(t) for t in trainings) == 2  # two at a time, on different hosts
+    tries = json.loads((work / "results/packed/s2/tries.json").read_text())
+    # retried (the killed try), each try on one leased host
+    assert len(tries) == 2 and tries[-1]["outcome"] == "ok" and all(len(t["hosts"]) == 1 for t in tries), tries
+    summary = json.loads((work / "results/packed/summary.json").read_text())
+    assert [r["run"] for r in summary["runs"]] == RUNS
+    assert all(len(r["hosts"]) == 1 for r in summary["runs"])
+    assert {r["hosts"][0] for r in summary["runs"]} == {hosts[0].name, hosts[1].name}
+    print(f"\npacked sweep: 4 runs on 2 hosts in {time.time() - started:.0f} s")
