@@ -36,7 +36,15 @@ def matmul_peak_gflops(hidden: int, intermediate: int, dtype: torch.dtype, secon
 
 
 def step_function(model, precision: str, batch: dict):
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=True)
+    """One training step as a rank takes it at `precision` (bf16 autocast,
+    or bf16_master's bf16 encoder with fp32 masters: train/master.py)."""
+    from workflow.scripts.train import master
+
+    if precision == "bf16_master":
+        master.to_bf16_encoder(model)
+        optimizer = master.MasterAdamW([{"params": list(model.parameters())}], lr=1e-5, fused=True)
+    else:
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=True)
 
     def step():
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
