@@ -161,7 +161,7 @@ def learned(tmp_path_factory, tiny_model_dir):
     import datasets
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-    from workflow.scripts.train.batching import pad_collate
+    from workflow.scripts.data.batching import pad_collate
 
     out = tmp_path_factory.mktemp("learned")
     rng = np.random.default_rng(0)

@@ -20,7 +20,7 @@ from workflow.scripts.common import config as cfg
 from workflow.scripts.common.atomic import read_json, write_json
 from workflow.scripts.common.errors import run_cli
 from workflow.scripts.plan import plan_tables
-from workflow.scripts.report.charts import plot_plan
+from workflow.scripts.plan.chart import plot_plan
 from workflow.scripts.report.runs import published_figures
 from workflow.scripts.plan.scaling_model import Network, Profile, fit_network
 

@@ -16,7 +16,7 @@ from workflow.scripts.common.errors import Preempted, UserError
 from workflow.scripts.common.views import TrainView
 from workflow.scripts.launch.ranks import DistEnv
 from workflow.scripts.train import checkpoint, speed
-from workflow.scripts.train.batching import updates
+from workflow.scripts.data.batching import updates
 from workflow.scripts.train.preempt import StopRequests
 from workflow.scripts.train.state import Progress, TrainingState
 
