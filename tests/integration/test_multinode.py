@@ -540,4 +540,4 @@ def test_a_lost_node_is_dropped_at_retry_and_the_run_finishes_on_the_rest(cluste
     difference = max(float((reference[k] - continued[k]).abs().max()) for k in reference)
     print(f"\nnode {hosts[1].name} dropped at step {tries[1]['resumed_from_step']}; largest weight difference to "
           f"the uninterrupted 2-host run: {difference:.2e}")
-    assert difference <= 1e-6  # as tests/test_accumulation.py: sum order only (measured there: 6e-8)
+    assert difference <= 1e-6  # as tests/integration/test_accumulation.py: sum order only (measured there: 6e-8)
