@@ -12,7 +12,8 @@ import os
 import pytest
 import yaml
 
-from conftest import snakemake, write_config
+from helpers.fake_ccl import fake_ccl_package, stand_in_ccl
+from helpers.workflow import snakemake, tiny_experiment, write_config
 
 from workflow.scripts.common import config as cfg
 from workflow.scripts.nodes import describe as environment
@@ -135,14 +136,6 @@ def test_rank_line_gives_every_decision_and_why():
 
 
 # ---------------------------------------------------------------- ccl environment
-
-def fake_ccl_package(root):
-    """The folders an oneccl_bind_pt CPU wheel of Intel's installs (oneCCL inside)."""
-    for sub in ("lib/prov", "opt/mpi/lib", "opt/mpi/libfabric/lib/prov", "opt/mpi/bin", "bin", "include", "env"):
-        (root / sub).mkdir(parents=True)
-    (root / "lib/libccl.so.1").touch()
-    return root
-
 
 def fake_source_build(prefix):
     """A venv with oneccl / impi-rt from PyPI and the bindings built against them."""
@@ -367,29 +360,8 @@ def test_ipex_checkpoint_resumes_exactly():
 # name shows: a "ccl" backend that is gloo inside, under a version that does
 # not pair with the installed torch.
 
-STAND_IN = '''"""Test stand-in for oneccl_bindings_for_pytorch: a "ccl" backend, gloo inside."""
-import torch.distributed as dist
-
-dist.Backend.register_backend("ccl", lambda store, rank, size, timeout: dist.ProcessGroupGloo(
-    store, rank, size, timeout), devices=["cpu"])
-'''
-
-
-def stand_in_ccl(site, version=None):
-    """The stand-in package in `site`, laid out like the wheel; with dist-info when `version`."""
-    root = fake_ccl_package(site / oneccl.CCL_MODULE)
-    (root / "__init__.py").write_text(STAND_IN)
-    if version:
-        info = site / f"oneccl_bind_pt-{version}.dist-info"
-        info.mkdir()
-        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: oneccl_bind_pt\nVersion: {version}\n")
-    return root
-
-
 def ccl_experiment(tmp_path, tiny_model_dir):
-    import test_workflow
-
-    config = yaml.safe_load(test_workflow.tiny_experiment(tmp_path, tiny_model_dir).read_text())
+    config = yaml.safe_load(tiny_experiment(tmp_path, tiny_model_dir).read_text())
     config["train"].update(epochs=1)
     config["distributed"].update(backend="auto")
     return write_config(tmp_path / "ccl.yaml", config)

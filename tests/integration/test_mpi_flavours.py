@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import BIN, REPO, write_config
-from test_workflow import tiny_experiment
+from helpers.workflow import BIN, REPO, write_config
+from helpers.workflow import tiny_experiment
 from workflow.scripts.common import config as cfg
 from workflow.scripts.launch import __main__ as launch_cli
 from workflow.scripts.launch import mpi, pin

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import BIN, REPO, write_config
+from helpers.workflow import BIN, REPO, write_config
 from workflow.scripts.data import demo
 from workflow.scripts.launch import pin
 from workflow.scripts.common import lines

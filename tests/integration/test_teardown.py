@@ -18,9 +18,10 @@ from pathlib import Path
 import pytest
 import torch.distributed as dist
 
-from test_every_task import experiment, free_port
-from test_intel import stand_in_ccl
-from native_files import write_native
+from helpers.fake_ccl import stand_in_ccl
+from helpers.ranks import single_rank
+from helpers.workflow import task_experiment
+from helpers.native_files import write_native
 from workflow.scripts.common import config as cfg
 from workflow.scripts.data import load as data, tokenize as tokenize_data
 from workflow.scripts.nodes import describe as environment
@@ -44,7 +45,7 @@ def ccl_installed() -> bool:
 def tokenized(tmp_path_factory, tiny_model_dir):
     """A tiny MRPC, tokenized for the tiny model; (config, folder)."""
     work = tmp_path_factory.mktemp("teardown-data")
-    config = cfg.validate(experiment("mrpc", tiny_model_dir, write_native("mrpc", work / "files", 48, 16)))
+    config = cfg.validate(task_experiment("mrpc", tiny_model_dir, write_native("mrpc", work / "files", 48, 16)))
     conf = work / "config.json"
     conf.write_text(json.dumps(config))
     data.main(["--config", str(conf), "--out", str(work / "raw")])
@@ -54,10 +55,7 @@ def tokenized(tmp_path_factory, tiny_model_dir):
 
 @pytest.fixture
 def one_rank(monkeypatch):
-    for name in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
-    monkeypatch.setenv("MASTER_PORT", str(free_port()))
+    single_rank(monkeypatch)
 
 
 @pytest.fixture
