@@ -13,7 +13,7 @@ import copy
 
 import torch
 
-from workflow.scripts.train.batching import pad_collate
+from workflow.scripts.data.batching import pad_collate
 
 
 class Logits:

@@ -13,6 +13,8 @@ import time
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from workflow.scripts.common.matmul import matmul_gflops
+
 # Matrix multiplication, by the aten ops it runs as (attention included).
 MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "mkldnn::_linear_pointwise",
               "aten::_scaled_dot_product_flash_attention_for_cpu",
@@ -23,16 +25,7 @@ def matmul_peak_gflops(hidden: int, intermediate: int, dtype: torch.dtype, secon
     """The best of three timings of a (1024 x hidden) @ (hidden x intermediate)
     matmul on one thread: the shape of a transformer's FFN layer."""
     torch.set_num_threads(1)
-    a, b = torch.randn(1024, hidden).to(dtype), torch.randn(hidden, intermediate).to(dtype)
-    best = 0.0
-    for _ in range(3):
-        a @ b
-        start, count = time.perf_counter(), 0
-        while time.perf_counter() - start < seconds:
-            a @ b
-            count += 1
-        best = max(best, 2 * 1024 * hidden * intermediate * count / (time.perf_counter() - start) / 1e9)
-    return best
+    return matmul_gflops(dtype, seconds=seconds, shape=(1024, hidden, intermediate), best_of=3)
 
 
 def step_function(model, precision: str, batch: dict):

@@ -1,4 +1,5 @@
-"""Shared fixtures: the packaged MiniLM, a tiny model, and Snakemake runs."""
+"""Shared fixtures: the packaged MiniLM and a tiny model built from a config
+(no training), timeouts, the unit lane's guard; helpers in tests/helpers/."""
 
 from __future__ import annotations
 
@@ -13,14 +14,8 @@ from pathlib import Path
 
 import psutil
 import pytest
-import yaml
 
-REPO = Path(__file__).resolve().parents[1]
-BIN = Path(sys.executable).parent
 TESTS = Path(__file__).resolve().parent
-# Test modules share helpers across the lanes (`from conftest import ...`,
-# `from test_sweep import ...`): both lane folders are importable by name.
-sys.path[:0] = [str(TESTS), str(TESTS / "unit"), str(TESTS / "integration")]
 
 
 @pytest.fixture(scope="session")
@@ -44,28 +39,6 @@ def tiny_model_dir(tmp_path_factory, minilm_dir) -> Path:
     BertModel(config).save_pretrained(out)
     AutoTokenizer.from_pretrained(minilm_dir).save_pretrained(out)
     return out
-
-
-def snakemake(workdir: Path, configfile: Path | None = None, *extra: str, check: bool = True,
-              timeout: int = 900) -> subprocess.CompletedProcess:
-    """Run the real workflow in `workdir` with the local profile."""
-    argv = [str(BIN / "snakemake"), "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir),
-            "--profile", str(REPO / "profiles" / "local"), "--cores", "2"]
-    argv += list(extra)
-    if configfile:  # last: --configfile takes every following word as a file
-        argv += ["--configfile", str(configfile)]
-    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "HF_HUB_OFFLINE": "1"}
-    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout)
-    if check and done.returncode != 0:
-        raise AssertionError(f"snakemake failed ({done.returncode}):\n{done.stdout[-4000:]}\n{done.stderr[-6000:]}")
-    return done
-
-
-def write_config(path: Path, config: dict) -> Path:
-    path.write_text(yaml.safe_dump(config, sort_keys=False))
-    return path
-
-
 
 
 # ------------------------------------------------------------ no test hangs

@@ -17,8 +17,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from test_every_task import experiment
-from native_files import write_native
+from helpers.workflow import task_experiment
+from helpers.native_files import write_native
 from workflow.scripts.common import config as cfg
 from workflow.scripts.data import load as data
 from workflow.scripts.data import tokenize as tokenize_data
@@ -55,7 +55,7 @@ def no_dropout_model(tmp_path_factory, tiny_model_dir):
 @pytest.fixture(scope="module")
 def run_layout(tmp_path_factory, no_dropout_model):
     work = tmp_path_factory.mktemp("accumulation")
-    base = experiment("mrpc", no_dropout_model, write_native("mrpc", work / "files", 48, 16))
+    base = task_experiment("mrpc", no_dropout_model, write_native("mrpc", work / "files", 48, 16))
     base["train"].update(epochs=2, learning_rate=1e-3, log_every=1)
     conf = work / "data.json"
     conf.write_text(json.dumps(cfg.validate(base)))

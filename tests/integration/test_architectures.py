@@ -6,11 +6,11 @@ evaluates and quantizes through the stages' own entry points."""
 from __future__ import annotations
 
 import json
-import socket
 
 import pytest
 
-from native_files import write_native
+from helpers.native_files import write_native
+from helpers.ranks import single_rank
 from workflow.scripts.common import config as cfg
 from workflow.scripts.data import load as data, tokenize as tokenize_data
 from workflow.scripts.infer import evaluate, quantize, stacks
@@ -40,18 +40,9 @@ def tiny(kind: str, out, minilm_dir):
     return out
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.parametrize("kind", list(ARCHITECTURES))
 def test_architecture_trains_saves_evaluates_and_quantizes(kind, tmp_path, minilm_dir, monkeypatch):
-    for name in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
-    monkeypatch.setenv("MASTER_PORT", str(free_port()))
+    single_rank(monkeypatch)
     model = tiny(kind, tmp_path / kind, minilm_dir)
     config = cfg.validate({
         "experiment": kind, "task": "mrpc", "model": str(model), "data": write_native("mrpc", tmp_path / "files"),

@@ -18,7 +18,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from test_teardown import one_rank, tokenized  # noqa: F401 (fixtures)
+from helpers.ranks import single_rank
 from workflow.scripts.common.errors import Preempted
 from workflow.scripts.nodes import describe as environment
 from workflow.scripts.train import checkpoint, loop
@@ -56,15 +56,11 @@ def weights(work) -> dict:
 
 
 @pytest.fixture(scope="module")
-def uninterrupted(tokenized, tmp_path_factory):  # noqa: F811
+def uninterrupted(tokenized, tmp_path_factory):
     config, data_dir = tokenized
     work = tmp_path_factory.mktemp("straight")
     with pytest.MonkeyPatch.context() as mp:
-        for name in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"):
-            mp.delenv(name, raising=False)
-        mp.setenv("MASTER_ADDR", "127.0.0.1")
-        from test_every_task import free_port
-        mp.setenv("MASTER_PORT", str(free_port()))
+        single_rank(mp)
         train.main(args_for(config, data_dir, work))
     return work
 
@@ -79,7 +75,7 @@ def test_the_saved_model_is_fp32_masters_not_bf16(uninterrupted):
     assert all(loss == loss for _, loss in metrics["loss_history"])  # finite
 
 
-def test_sigterm_and_rerun_resume_exactly_with_the_masters(tokenized, uninterrupted, tmp_path, one_rank,  # noqa: F811
+def test_sigterm_and_rerun_resume_exactly_with_the_masters(tokenized, uninterrupted, tmp_path, one_rank,
                                                            monkeypatch):
     config, data_dir = tokenized
     argv = args_for(config, data_dir, tmp_path / "work")
@@ -93,11 +89,7 @@ def test_sigterm_and_rerun_resume_exactly_with_the_masters(tokenized, uninterrup
     assert masters and {m.dtype for m in masters} == {torch.float32}
     assert state["model"]["bert.embeddings.word_embeddings.weight"].dtype == torch.bfloat16
     monkeypatch.undo()
-    for name in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"):
-        monkeypatch.delenv(name, raising=False)
-    from test_every_task import free_port
-    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
-    monkeypatch.setenv("MASTER_PORT", str(free_port()))
+    single_rank(monkeypatch)  # a fresh port for the rerun's group
     train.main(argv)
     metrics = json.loads((tmp_path / "work" / "run" / "train_metrics.json").read_text())
     assert metrics["resumed_from_step"] == STOP_AFTER
@@ -105,7 +97,7 @@ def test_sigterm_and_rerun_resume_exactly_with_the_masters(tokenized, uninterrup
     assert all(torch.equal(resumed[k], straight[k]) for k in straight)
 
 
-def test_int8_calibration_takes_the_bf16_master_model(uninterrupted, tokenized, tmp_path):  # noqa: F811
+def test_int8_calibration_takes_the_bf16_master_model(uninterrupted, tokenized, tmp_path):
     """The saved model (fp32) goes through NNCF's calibration and OpenVINO
     as any other, and the reloaded int8 artifact is verified against it."""
     from workflow.scripts.infer import quantize

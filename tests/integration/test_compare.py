@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO
-from test_sweep import EXPERIMENT, sweep_run  # noqa: F401  (shared sweep fixture)
+from helpers.workflow import REPO
+from helpers.sweep import EXPERIMENT
 from workflow.scripts.report import compare
 from workflow.scripts.common import config as cfg
 from workflow.scripts.common.atomic import write_json
@@ -88,7 +88,7 @@ def test_unknown_experiment_says_what_to_give(tmp_path):
         compare.load_side("nope", tmp_path / "results", tmp_path / "experiments")
 
 
-def test_compare_the_workflow_sweep_with_its_published_figures(sweep_run, tmp_path):  # noqa: F811  (the imported fixture)
+def test_compare_the_workflow_sweep_with_its_published_figures(sweep_run, tmp_path):
     work, configfile = sweep_run
     out = tmp_path / "compare.md"
     compare.main([str(configfile), "--results", str(work / "results"), "--out", str(out)])

@@ -1,7 +1,5 @@
 """Tests for workflow.scripts.data.demo (demo MRPC / SQuAD generators)."""
 
-import csv
-import json
 import os
 import subprocess
 import sys
@@ -9,21 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from helpers.demo_files import questions, read_tsv
+
 
 REPO = Path(__file__).resolve().parents[2]
 HEADER = ["Quality", "#1 ID", "#2 ID", "#1 String", "#2 String"]
-
-
-def read_tsv(path):
-    with open(path, encoding="utf-8", newline="") as fh:
-        return list(csv.reader(fh, delimiter="\t", quoting=csv.QUOTE_NONE))
-
-
-def questions(path):
-    for article in json.loads(Path(path).read_text(encoding="utf-8"))["data"]:
-        for para in article["paragraphs"]:
-            for qa in para["qas"]:
-                yield para["context"], qa
 
 
 @pytest.mark.parametrize("task, files", [

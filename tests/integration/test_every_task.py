@@ -10,13 +10,13 @@ and predictions), also run through Snakemake and mpirun with 2 ranks.
 from __future__ import annotations
 
 import json
-import socket
 
 import datasets
 import pytest
 
-from conftest import snakemake, write_config
-from native_files import write_native
+from helpers.native_files import write_native
+from helpers.ranks import single_rank
+from helpers.workflow import snakemake, task_experiment, write_config
 from workflow.scripts.common import config as cfg
 from workflow.scripts.data import load as data, tokenize as tokenize_data
 from workflow.scripts.nodes import describe as environment
@@ -47,23 +47,6 @@ def test_every_task_is_covered():
     assert set(METRIC_KEYS) == set(tasks.TASKS)
 
 
-def experiment(task: str, model, files: dict, processes: int = 1) -> dict:
-    qa = tasks.get_task(task).is_qa
-    return {
-        "experiment": f"every-{task}", "task": task, "model": str(model), "data": files,
-        "train": {"epochs": 1, "batch_size": 8, "learning_rate": 1e-3, "precision": "fp32", "log_every": 1,
-                  "max_seq_length": 128 if qa else 64, "doc_stride": 32, "checkpoint_every": 0},
-        "distributed": {"processes_per_node": processes, "threads_per_process": 1},
-        "evaluation": {"batch_size": 8},
-    }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def dump(path, value) -> str:
     path.write_text(json.dumps(value))
     return str(path)
@@ -71,11 +54,8 @@ def dump(path, value) -> str:
 
 @pytest.mark.parametrize("task", list(METRIC_KEYS))
 def test_task_end_to_end(task, tmp_path, tiny_model_dir, monkeypatch):
-    for name in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
-    monkeypatch.setenv("MASTER_PORT", str(free_port()))
-    config = cfg.validate(experiment(task, tiny_model_dir, write_native(task, tmp_path / "files", N_TRAIN, N_DEV)))
+    single_rank(monkeypatch)
+    config = cfg.validate(task_experiment(task, tiny_model_dir, write_native(task, tmp_path / "files", N_TRAIN, N_DEV)))
     meta = tasks.get_task(task)
     conf = dump(tmp_path / "config.json", config)
     info = dump(tmp_path / "environment.json", environment.describe(config, launcher=False))
@@ -122,8 +102,8 @@ def test_task_end_to_end(task, tmp_path, tiny_model_dir, monkeypatch):
 
 @pytest.mark.parametrize("task", ["mnli", "squad_v2", "multi_label", "regression"])
 def test_task_through_the_workflow_on_two_ranks(task, tmp_path, tiny_model_dir):
-    configfile = write_config(tmp_path / f"{task}.yaml",
-                              experiment(task, tiny_model_dir, write_native(task, tmp_path / "files", 64, N_DEV), 2))
+    files = write_native(task, tmp_path / "files", 64, N_DEV)
+    configfile = write_config(tmp_path / f"{task}.yaml", task_experiment(task, tiny_model_dir, files, 2))
     snakemake(tmp_path, configfile)
     run = tmp_path / f"results/every-{task}/default"
     (summary,) = json.loads((tmp_path / f"results/every-{task}/summary.json").read_text())["runs"]

@@ -13,23 +13,9 @@ import psutil
 import pytest
 import yaml
 
-from conftest import BIN, REPO, snakemake, write_config
-from test_workflow import tiny_experiment
-
-RUN = Path("results/tiny/default")
-
-
-def long_experiment(work: Path, model: Path, retries: int = 0, **dist) -> Path:
-    """About 200 steps of the tiny model, a checkpoint every 20; `retries`:
-    how often the workflow retries the training by itself."""
-    configfile = tiny_experiment(work, model, epochs=10, checkpoint_every=20)
-    config = yaml.safe_load(configfile.read_text())
-    config["distributed"].update(retries=retries, **dist)
-    from workflow.scripts.data import demo
-
-    demo.write_mrpc_demo(work / "mrpc", n_train=320, n_dev=40, seed=1)
-    return write_config(configfile, config)
-
+from helpers.workflow import BIN, REPO, snakemake, write_config
+from helpers.faults import RUN, digest, long_experiment
+from helpers.workflow import tiny_experiment
 
 def rank_pid(rank: int, timeout: float = 60) -> int:
     """The pid of training rank `rank` (read from the launcher's environment)."""
@@ -53,12 +39,6 @@ def wait_for(path: Path, timeout: float = 300) -> None:
         if time.time() > deadline:
             raise AssertionError(f"{path} never appeared")
         time.sleep(0.02)
-
-
-def digest(work: Path) -> str:
-    ranks = json.loads((work / RUN / "train_metrics.json").read_text())["ranks"]
-    assert len({r["weights_sha256"] for r in ranks}) == 1
-    return ranks[0]["weights_sha256"]
 
 
 def test_killed_rank_stops_the_job_and_rerun_resumes_exactly(tmp_path, tiny_model_dir):

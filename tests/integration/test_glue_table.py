@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO, snakemake, write_config
+from helpers.workflow import REPO, snakemake, write_config
 
 EXPERIMENT = "demo-glue-table"
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import snakemake, write_config
+from helpers.workflow import snakemake, write_config
 from workflow.scripts.data import demo
 from workflow.scripts.common import hardware, intel, oneccl
 

@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from conftest import REPO
+from helpers.workflow import REPO
 
 
 def make(*args: str, user: str | None = None) -> subprocess.CompletedProcess:

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import BIN, REPO, write_config
-from test_workflow import tiny_experiment
+from helpers.workflow import BIN, REPO, write_config
+from helpers.workflow import tiny_experiment
 from workflow.scripts.common import config as cfg
 from workflow.scripts.launch import __main__ as launch_cli
 from workflow.scripts.launch import mpi, pin
@@ -86,7 +86,7 @@ def test_two_ranks_pinned_with_their_environment(flavour, tmp_path, monkeypatch)
     assert not (tmp_path / "pwned").exists()
 
 
-@pytest.mark.parametrize("flavour", ["mpich", "openmpi"])  # Intel MPI: tests/test_workflow.py
+@pytest.mark.parametrize("flavour", ["mpich", "openmpi"])  # Intel MPI: tests/integration/test_workflow.py
 def test_two_rank_training_through_the_workflow(flavour, tmp_path, tiny_model_dir, monkeypatch):
     require(flavour)
     configfile = tiny_experiment(tmp_path, tiny_model_dir, epochs=1)

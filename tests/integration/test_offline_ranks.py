@@ -12,9 +12,9 @@ import shutil
 import socket
 from pathlib import Path
 
-from conftest import snakemake, write_config
+from helpers.workflow import snakemake, write_config
 from native_files import write_native
-from test_every_task import experiment
+from helpers.workflow import task_experiment as experiment
 
 HERE = Path(__file__).resolve().parent
 HUB_ID = "cpuddp-test/tiny-bert"

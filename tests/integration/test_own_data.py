@@ -8,7 +8,7 @@ import json
 
 import yaml
 
-from conftest import REPO, snakemake, write_config
+from helpers.workflow import REPO, snakemake, write_config
 
 
 def test_own_csv_from_nothing_to_deploy(tmp_path, tiny_model_dir):

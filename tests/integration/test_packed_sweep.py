@@ -15,8 +15,17 @@ from pathlib import Path
 import psutil
 import yaml
 
-from conftest import BIN, REPO, write_config
-from test_multinode import cluster, cluster_file, host_env, needs_root, on_host, tiny_experiment  # noqa: F401
+import pytest
+
+from helpers.hosts_run import cluster_file, host_env, on_host, tiny_experiment
+from helpers.netns_cluster import needs_root, netns_cluster
+from helpers.workflow import BIN, REPO, write_config
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """Test hosts of this file's own (tests/netns)."""
+    yield from netns_cluster(tmp_path_factory, 3)
 
 RUNS = ["s1", "s2", "s3", "s4"]
 
@@ -59,7 +68,7 @@ def holders_over_time(events: list[dict]) -> list[dict]:
 
 
 @needs_root
-def test_four_one_node_runs_share_two_hosts_two_at_a_time(cluster):  # noqa: F811
+def test_four_one_node_runs_share_two_hosts_two_at_a_time(cluster):
     work, hosts, mapping = cluster
     cluster_path = cluster_file(work, [hosts[0].name, hosts[1].name], nodes=1)
     argv = [str(BIN / "snakemake"), "--snakefile", str(REPO / "Snakefile"), "--directory", str(work),

@@ -9,7 +9,7 @@ import sys
 
 import subprocess
 
-from conftest import BIN, REPO
+from helpers.workflow import BIN, REPO
 
 SHOW = "import os; os.write(1, f'affinity {sorted(os.sched_getaffinity(0))}\\n'.encode())"
 

@@ -8,19 +8,11 @@ import subprocess
 import sys
 
 
-from conftest import REPO, write_config
-from workflow.scripts.plan.scaling_model import (MB, Network, Profile)
+from helpers.workflow import REPO, write_config
+from helpers.plan_profile import profile
+from workflow.scripts.plan.scaling_model import (Network)
 
 NET = Network.stated(10, 50)  # 1.25e9 bytes/s, 50 us
-
-
-def profile(**changes) -> Profile:
-    """1 s forward, 2 s backward, 0.5 s update; 100 MB of gradients ready
-    evenly over backward, the last 40 MB (embeddings) at its very end."""
-    grads = [[6 * MB, 0.2 * (i + 1)] for i in range(10)] + [[40 * MB, 2.0]]
-    base = {"batch_size": 32, "forward": 1.0, "backward": 2.0, "update": 0.5, "grads": grads,
-            "compress_seconds_per_byte": {"fp16": 1e-10, "bf16": 1e-10, "powersgd": 1e-9}, "powersgd_ratio": 0.01}
-    return Profile(**{**base, **changes})
 
 
 def test_plan_command_prints_table_and_writes_chart(tmp_path):

@@ -4,6 +4,7 @@ test_runtimes.py tests the decisions on every kind of CPU."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 
 import numpy as np
@@ -11,8 +12,8 @@ import pytest
 import torch
 import yaml
 
-from conftest import snakemake, write_config
-from test_workflow import tiny_experiment
+from helpers.workflow import snakemake, write_config
+from helpers.workflow import tiny_experiment
 from workflow.scripts.common import hardware, tasks
 from workflow.scripts.infer import gate, quantize, runtime, stacks
 from workflow.scripts.common.errors import UserError
@@ -101,8 +102,8 @@ def test_artifact_reloads_and_answers_like_a_model(quantized_run):
     validation = datasets.load_from_disk(str(work / "results/tiny/data/tokenized"))["validation"]
     first = stacks.load_quantized(work / "results/tiny/default/model_int8")
     second = stacks.load_quantized(work / "results/tiny/default/model_int8")
-    a, _ = runtime.forward_all(first, validation, 16, 0, _nullcontext)
-    b, _ = runtime.forward_all(second, validation, 16, 0, _nullcontext)
+    a, _ = runtime.forward_all(first, validation, 16, 0, contextlib.nullcontext)
+    b, _ = runtime.forward_all(second, validation, 16, 0, contextlib.nullcontext)
     assert np.stack(a).shape == (40, 2)
     assert quantize.max_abs_diff(a, b) == 0.0
 
@@ -133,60 +134,10 @@ def test_quantization_off_leaves_int8_null_and_no_rule(tmp_path, tiny_model_dir)
     assert "deploy_model" in log
 
 
-def _nullcontext():
-    import contextlib
-
-    return contextlib.nullcontext()
-
-
 # ---------------------------------------------------------------- a learnable task
 
-def _learnable_split(rng, n: int):
-    """Label 0: tokens drawn from one id range, label 1: from another."""
-    rows = {"input_ids": [], "token_type_ids": [], "attention_mask": [], "labels": []}
-    for _ in range(n):
-        label = int(rng.integers(2))
-        low = 2000 if label == 0 else 3000
-        ids = [101] + rng.integers(low, low + 500, int(rng.integers(6, 20))).tolist() + [102]
-        rows["input_ids"].append(ids)
-        rows["token_type_ids"].append([0] * len(ids))
-        rows["attention_mask"].append([1] * len(ids))
-        rows["labels"].append(label)
-    return rows
-
-
-@pytest.fixture(scope="module")
-def learned(tmp_path_factory, tiny_model_dir):
-    """A tiny BERT trained in-process to near-perfect accuracy, and its data."""
-    import datasets
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
-
-    from workflow.scripts.train.batching import pad_collate
-
-    out = tmp_path_factory.mktemp("learned")
-    rng = np.random.default_rng(0)
-    data = datasets.DatasetDict({"train": datasets.Dataset.from_dict(_learnable_split(rng, 512)),
-                                 "validation": datasets.Dataset.from_dict(_learnable_split(rng, 200))})
-    data.save_to_disk(str(out / "tokenized"))
-    torch.manual_seed(0)
-    model = AutoModelForSequenceClassification.from_pretrained(tiny_model_dir, num_labels=2)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    collate, train = pad_collate(0), data["train"]
-    model.train()
-    for _epoch in range(3):
-        for start in range(0, len(train), 32):
-            batch = collate([train[i] for i in range(start, min(start + 32, len(train)))])
-            loss = model(**batch).loss
-            loss.backward()
-            optimizer.step()
-            optimizer.zero_grad()
-    model.save_pretrained(out / "model")
-    AutoTokenizer.from_pretrained(tiny_model_dir).save_pretrained(out / "model")
-    return out
-
-
 def _accuracy(model, split) -> float:
-    logits, _ = runtime.forward_all(model, split, 32, 0, _nullcontext)
+    logits, _ = runtime.forward_all(model, split, 32, 0, contextlib.nullcontext)
     return float((np.stack(logits).argmax(-1) == np.array(split["labels"])).mean())
 
 

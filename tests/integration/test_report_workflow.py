@@ -11,8 +11,8 @@ import tempfile
 import numpy as np
 import pytest
 
-from conftest import snakemake
-from test_sweep import EXPERIMENT, RUNS, sweep_run  # noqa: F401  (shared sweep fixture)
+from helpers.workflow import snakemake
+from helpers.sweep import EXPERIMENT, RUNS
 
 PNG = b"\x89PNG\r\n\x1a\n"
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -25,7 +25,7 @@ def cells(html_text: str, table_id: str) -> list[list[str]]:
     return [re.findall(r"<t[dh][^>]*>(.*?)</t[dh]>", row) for row in re.findall(r"<tr>(.*?)</tr>", table, re.S)]
 
 
-def test_workflow_writes_the_report_files(sweep_run):  # noqa: F811  (the imported fixture)
+def test_workflow_writes_the_report_files(sweep_run):
     report = sweep_run[0] / f"results/{EXPERIMENT}/report"
     for name in ["summary.html", "scaling.png", "loss.png", "quantization.html", "environment.html",
                  "overview.html"] + [f"loss/{run}.png" for run in RUNS]:
@@ -34,7 +34,7 @@ def test_workflow_writes_the_report_files(sweep_run):  # noqa: F811  (the import
 
 
 @pytest.fixture(scope="module")
-def html_report(sweep_run):  # noqa: F811  (the imported fixture)
+def html_report(sweep_run):
     work, configfile = sweep_run
     out = work / "report.html"
     done = snakemake(work, configfile, "--report", str(out))

@@ -17,7 +17,7 @@ is fed what a node's step costs under that same sharing: as many one-rank
 trainings as hosts (the real training loop, no network) run at once, pinned
 alike, and the slowest one's step is the node's (DDP waits for the slowest
 rank); the step's shape (forward, backward, when each gradient is ready)
-comes from train/profile.py.
+comes from plan/profile.py.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BIN, REPO
+from helpers.workflow import BIN, REPO
 from workflow.scripts.common import config as cfg
 from workflow.scripts.nodes import describe
 from workflow.scripts.plan.scaling_model import Levers, Network, Profile, allreduce_seconds, fit_network, predict
@@ -176,7 +176,7 @@ def train(cluster, base: dict, nodes: int) -> dict:
 @pytest.fixture(scope="module")
 def step_shape(cluster, experiment) -> Profile:
     """One rank's step alone: forward, backward, update and when each
-    gradient is ready (train/profile.py), for the shape of the step."""
+    gradient is ready (plan/profile.py), for the shape of the step."""
     folder, train_json = run_config(cluster, experiment, 1)
     done = subprocess.run(["taskset", "-c", "0", sys.executable, "-m", "workflow.scripts.plan.profile", "--config",
                            str(train_json), "--environment", str(folder / "environment.json"), "--out",

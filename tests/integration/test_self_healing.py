@@ -21,8 +21,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import BIN, REPO, snakemake
-from test_fault_tolerance import RUN, digest, long_experiment
+from helpers.workflow import BIN, REPO, snakemake
+from helpers.faults import RUN, digest, long_experiment
 
 CHAOS_ROUNDS = int(os.environ.get("CPUDDP_CHAOS_ROUNDS", "3"))
 TIMEOUT_MINUTES = 0.25  # a frozen rank is given up on after 15 s

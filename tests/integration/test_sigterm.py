@@ -8,7 +8,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from conftest import REPO
+from helpers.workflow import REPO
 
 PROGRAM = """
 import os, signal

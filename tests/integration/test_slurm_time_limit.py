@@ -1,7 +1,7 @@
 """A training longer than its Slurm time limit finishes in several jobs
 (profiles/slurm's --signal; `make test-slurm-time-limit`, and in `make
-test`). A file of its own, with a test cluster of its own (test_slurm's
-fixture), so that pytest-xdist runs it beside the other Slurm tests: both
+test`). A file of its own, with a test cluster of its own (the module-scoped
+fixture `cluster`), so that pytest-xdist runs it beside the other Slurm tests: both
 spend most of their time waiting on Slurm.
 """
 
@@ -14,11 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from test_slurm import accounting, cluster, experiment, explain, finish, running_training, slurm, snakemake, start, \
+from helpers.slurm_run import accounting, experiment, explain, finish, running_training, slurm, snakemake, start, \
     wait_until
 from workflow.scripts.common import logs
-
-__all__ = ["cluster"]  # the fixture, imported so that this file starts its own cluster
 
 # x 200 steps: about 2 minutes of training here; Slurm signals within 30 s
 # of the cut (its time-limit check): at steps 118-350 in the runs seen here.

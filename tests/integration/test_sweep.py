@@ -2,8 +2,9 @@
 folder and summary entry, scaling against the baseline; progress and failure
 logs of the training rule.
 
-The sweep run (1 then 2 ranks of the tiny model) is shared with
-test_report.py and test_compare.py through `sweep_run`.
+The sweep run (1 then 2 ranks of the tiny model) is the fixture `sweep_run`
+(tests/helpers/sweep.py), which test_report_workflow.py and
+test_compare.py read too.
 """
 
 from __future__ import annotations
@@ -16,39 +17,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import snakemake, write_config
-from test_workflow import tiny_experiment
-
-EXPERIMENT = "tiny-sweep"
-RUNS = ["ppn1", "ppn2"]
-_CACHE: dict = {}
-
-
-def sweep_experiment(tmp: Path, model: Path, **changes) -> Path:
-    """The tiny experiment swept over 1 and 2 ranks of one thread, 3 steps each."""
-    config = yaml.safe_load(tiny_experiment(tmp, model, epochs=1, max_steps=3, log_every=1).read_text())
-    config["experiment"] = EXPERIMENT
-    config["sweep"] = {"processes_per_node": [1, 2]}
-    config["published"] = {"source": "made-up figures for the tests",
-                           "figures": {"ppn2": {"speedup": 1.8, "train_seconds": 1.5}}}
-    config.update(changes)
-    return write_config(tmp / "sweep.yaml", config)
-
-
-def sweep_workdir(tmp_path_factory, model: Path) -> tuple[Path, Path]:
-    """Run the sweep once per test session; (work folder, experiment file)."""
-    if "run" not in _CACHE:
-        work = tmp_path_factory.mktemp("sweep")
-        configfile = sweep_experiment(work, model)
-        snakemake(work, configfile)
-        _CACHE["run"] = work, configfile
-    return _CACHE["run"]
-
-
-@pytest.fixture(scope="module")
-def sweep_run(tmp_path_factory, tiny_model_dir):
-    return sweep_workdir(tmp_path_factory, tiny_model_dir)
-
+from helpers.workflow import snakemake, write_config
+from helpers.sweep import EXPERIMENT, RUNS
+from helpers.workflow import tiny_experiment
 
 def summary_of(work: Path) -> dict:
     return json.loads((work / f"results/{EXPERIMENT}/summary.json").read_text())

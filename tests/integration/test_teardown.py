@@ -18,11 +18,8 @@ from pathlib import Path
 import pytest
 import torch.distributed as dist
 
-from test_every_task import experiment, free_port
-from test_intel import stand_in_ccl
-from native_files import write_native
+from helpers.fake_ccl import stand_in_ccl
 from workflow.scripts.common import config as cfg
-from workflow.scripts.data import load as data, tokenize as tokenize_data
 from workflow.scripts.nodes import describe as environment
 from workflow.scripts.common import intel, logs
 from workflow.scripts.launch import command as launch
@@ -38,26 +35,6 @@ STRESS_RUNS = int(os.environ.get("CPUDDP_TEARDOWN_RUNS", "3"))
 
 def ccl_installed() -> bool:
     return intel.installed_versions()[intel.CCL_PACKAGE] is not None
-
-
-@pytest.fixture(scope="module")
-def tokenized(tmp_path_factory, tiny_model_dir):
-    """A tiny MRPC, tokenized for the tiny model; (config, folder)."""
-    work = tmp_path_factory.mktemp("teardown-data")
-    config = cfg.validate(experiment("mrpc", tiny_model_dir, write_native("mrpc", work / "files", 48, 16)))
-    conf = work / "config.json"
-    conf.write_text(json.dumps(config))
-    data.main(["--config", str(conf), "--out", str(work / "raw")])
-    tokenize_data.main(["--config", str(conf), "--data", str(work / "raw"), "--out", str(work / "tok")])
-    return config, work / "tok"
-
-
-@pytest.fixture
-def one_rank(monkeypatch):
-    for name in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
-    monkeypatch.setenv("MASTER_PORT", str(free_port()))
 
 
 @pytest.fixture

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from conftest import snakemake
-from test_workflow import tiny_experiment
+from helpers.workflow import snakemake
+from helpers.workflow import tiny_experiment
 from workflow.scripts.train import tune
 
 

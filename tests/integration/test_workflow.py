@@ -5,31 +5,15 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from pathlib import Path
 
 import pytest
 
-from conftest import BIN, REPO, snakemake, write_config
-from workflow.scripts.data import demo
+from helpers.workflow import BIN, REPO, snakemake, tiny_experiment, write_config
 
 SUMMARY_KEYS = {
     "run", "nodes", "processes_per_node", "world_size", "threads_per_process", "backend", "mpi",
     "precision", "epochs", "steps", "train_seconds", "train_samples_per_second", "final_loss", "eval",
 }
-
-
-def tiny_experiment(tmp: Path, model: Path, **train) -> Path:
-    data = tmp / "mrpc"
-    demo.write_mrpc_demo(data, n_train=96, n_dev=40, seed=1)
-    return write_config(tmp / "tiny.yaml", {
-        "experiment": "tiny",
-        "task": "mrpc",
-        "model": str(model),
-        "data": {"format": "glue_tsv", "train": str(data / "train.tsv"), "validation": str(data / "dev.tsv")},
-        "train": {"epochs": 2, "batch_size": 8, "learning_rate": 1e-3, "max_seq_length": 64, "log_every": 2,
-                  "precision": "fp32", **train},
-        "distributed": {"processes_per_node": 2, "threads_per_process": 1},
-    })
 
 
 @pytest.fixture(scope="module")

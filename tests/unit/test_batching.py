@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from workflow.scripts.train.batching import DistributedLengthGroupedSampler as Sampler
-from workflow.scripts.train.batching import pad_collate
+from workflow.scripts.data.batching import DistributedLengthGroupedSampler as Sampler
+from workflow.scripts.data.batching import pad_collate
 
 LENGTHS = np.random.default_rng(1).integers(5, 500, size=1003)  # not a multiple of any global batch
 

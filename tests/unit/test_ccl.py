@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from test_intel import fake_ccl_package
+from helpers.fake_ccl import fake_ccl_package
 from workflow.scripts.common import oneccl
 from workflow.scripts.launch import ccl
 from workflow.scripts.launch import command as launch

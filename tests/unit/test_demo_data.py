@@ -1,10 +1,11 @@
 """Tests for workflow.scripts.data.demo (demo MRPC / SQuAD generators)."""
 
-import csv
 import json
 from pathlib import Path
 
 import pytest
+
+from helpers.demo_files import questions, read_tsv
 
 from workflow.scripts.data import demo
 
@@ -114,13 +115,3 @@ def test_squad_train_dev_disjoint(squad):
     assert not titles[0] & titles[1]
 
 
-def read_tsv(path):
-    with open(path, encoding="utf-8", newline="") as fh:
-        return list(csv.reader(fh, delimiter="\t", quoting=csv.QUOTE_NONE))
-
-
-def questions(path):
-    for article in json.loads(Path(path).read_text(encoding="utf-8"))["data"]:
-        for para in article["paragraphs"]:
-            for qa in para["qas"]:
-                yield para["context"], qa

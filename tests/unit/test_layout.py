@@ -66,19 +66,22 @@ def test_no_import_circle():
             visit(name, [])
 
 
-# Which stage packages each may import: the stages run down this table, never
+# Which stage packages each imports: the stages run down this table, never
 # back up it (a rule's code may use what earlier stages provide, not the
-# reverse); `common` holds the leaves that several stages share.
+# reverse); `common` holds the leaves that several stages share. It lists
+# exactly the ties that exist: an unused one fails too, so that the table
+# (and docs/architecture.md, checked against it) says what the code does.
 ALLOWED_STAGE_IMPORTS = {
     "common": set(),
     "launch": {"common"},
     "nodes": {"common", "launch"},
     "data": {"common"},
     "train": {"common", "launch", "nodes", "data"},
-    "infer": {"common", "data", "train"},
-    "report": {"common", "infer"},
+    "infer": {"common", "data"},
+    "report": {"common"},
     "plan": {"common", "launch", "nodes", "train", "report"},
 }
+ARCHITECTURE = REPO / "docs" / "architecture.md"
 
 
 def stage_of(module: str) -> str | None:
@@ -94,10 +97,45 @@ def wrong_way_imports(graph: dict[str, set[str]]) -> list[str]:
             and stage_of(dep) not in ALLOWED_STAGE_IMPORTS.get(stage_of(name), set())]
 
 
+def stage_ties(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """stage -> the other stages its modules import."""
+    ties: dict[str, set[str]] = {stage: set() for stage in ALLOWED_STAGE_IMPORTS}
+    for name, deps in graph.items():
+        for dep in deps:
+            if stage_of(dep) not in (stage_of(name), None):
+                ties.setdefault(stage_of(name), set()).add(stage_of(dep))
+    return ties
+
+
 def test_stages_import_down_the_table_only():
     known = modules()
+    graph = {name: imports(path, known) for name, path in known.items()}
     assert set(ALLOWED_STAGE_IMPORTS) == {stage_of(name) for name in known if stage_of(name)}
-    assert wrong_way_imports({name: imports(path, known) for name, path in known.items()}) == []
+    assert wrong_way_imports(graph) == []
+    unused = {stage: sorted(allowed - stage_ties(graph)[stage]) for stage, allowed in ALLOWED_STAGE_IMPORTS.items()}
+    assert {stage: ties for stage, ties in unused.items() if ties} == {}, "allowed ties nothing uses"
+
+
+def test_every_tie_between_stages_points_one_way():
+    order = list(ALLOWED_STAGE_IMPORTS)  # each stage imports only stages listed before it
+    back = [f"{stage} -> {dep}" for stage, deps in ALLOWED_STAGE_IMPORTS.items() for dep in deps
+            if order.index(dep) >= order.index(stage)]
+    assert back == []
+
+
+def stages_sentence(table: dict[str, set[str]]) -> str:
+    """The table in words, as docs/architecture.md states it."""
+    def says(stage, deps):
+        if not deps:
+            return f"`{stage}` imports nothing of the others"
+        named = [f"`{d}`" for d in table if d in deps]
+        return f"`{stage}` imports " + (", ".join(named[:-1]) + " and " if len(named) > 1 else "") + named[-1]
+    return "Stages import only down this order: " + "; ".join(says(s, d) for s, d in table.items()) + "."
+
+
+def test_architecture_page_states_the_table():
+    page = " ".join(ARCHITECTURE.read_text().split())
+    assert stages_sentence(ALLOWED_STAGE_IMPORTS) in page, stages_sentence(ALLOWED_STAGE_IMPORTS)
 
 
 def test_an_import_back_up_the_stages_is_caught():

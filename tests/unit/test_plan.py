@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import pytest
 
+from helpers.plan_profile import profile
 from workflow.scripts.plan import plan_tables
-from workflow.scripts.plan.scaling_model import (MB, Levers, Network, Profile, allreduce_seconds, buckets,
+from workflow.scripts.plan.scaling_model import (MB, Levers, Network, allreduce_seconds, buckets,
                                                    fit_network, predict)
 
 NET = Network.stated(10, 50)  # 1.25e9 bytes/s, 50 us
@@ -114,12 +115,3 @@ def test_model_buckets_match_real_ddp(tiny_model_dir):
             dist.destroy_process_group()
         assert seen == [b for b, _ in buckets(grads, cap_mb)], cap_mb
     assert torch.get_num_threads() >= 1
-
-
-def profile(**changes) -> Profile:
-    """1 s forward, 2 s backward, 0.5 s update; 100 MB of gradients ready
-    evenly over backward, the last 40 MB (embeddings) at its very end."""
-    grads = [[6 * MB, 0.2 * (i + 1)] for i in range(10)] + [[40 * MB, 2.0]]
-    base = {"batch_size": 32, "forward": 1.0, "backward": 2.0, "update": 0.5, "grads": grads,
-            "compress_seconds_per_byte": {"fp16": 1e-10, "bf16": 1e-10, "powersgd": 1e-9}, "powersgd_ratio": 0.01}
-    return Profile(**{**base, **changes})

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from conftest import REPO
+from helpers.workflow import REPO
 from workflow.scripts.common import config as cfg
 from workflow.scripts.common import layers, recipe
 from workflow.scripts.common.plan_lines import run_line

@@ -8,7 +8,7 @@ import torch
 import yaml
 from transformers import TrainingArguments
 
-from conftest import REPO
+from helpers.workflow import REPO
 from workflow.scripts.common.views import TrainSettings
 from workflow.scripts.train.state import make_optimizer
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import re
 
 
-from test_sweep import EXPERIMENT, RUNS, sweep_run  # noqa: F401  (shared sweep fixture)
 from workflow.scripts.report import charts, render, tables
 from workflow.scripts.common.atomic import write_json
 

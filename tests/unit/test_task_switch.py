@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from conftest import REPO
+from helpers.workflow import REPO
 from workflow.scripts.common import config as cfg
 
 DEFAULT = yaml.safe_load((REPO / "config.yaml").read_text())

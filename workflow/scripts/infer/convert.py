@@ -21,7 +21,7 @@ from workflow.scripts.common.atomic import atomic_dir, write_json
 from workflow.scripts.common.views import ConvertView
 from workflow.scripts.infer import stacks
 from workflow.scripts.infer.runtime import load_for_eval, model_inputs
-from workflow.scripts.train.batching import pad_collate
+from workflow.scripts.data.batching import pad_collate
 
 META_FILE = "convert.json"
 

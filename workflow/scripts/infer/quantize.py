@@ -42,7 +42,7 @@ from workflow.scripts.common.errors import UserError
 from workflow.scripts.common.views import QuantizeView
 from workflow.scripts.infer import policy, stacks
 from workflow.scripts.infer.runtime import forward_all, load_for_eval
-from workflow.scripts.train.batching import PAD_KEYS, pad_collate
+from workflow.scripts.data.batching import PAD_KEYS, pad_collate
 
 STACK_PACKAGES = {"openvino": ("openvino", "nncf"), "ipex": (intel.IPEX_PACKAGE,)}
 STACKS = tuple(STACK_PACKAGES)

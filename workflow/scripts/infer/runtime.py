@@ -23,7 +23,7 @@ from workflow.scripts.common.modeling import autocast_for
 from workflow.scripts.common.views import EvaluationSettings
 from workflow.scripts.infer import metrics, qa
 from workflow.scripts.infer.stacks import load_quantized
-from workflow.scripts.train.batching import PAD_KEYS, multi_hot, pad_collate
+from workflow.scripts.data.batching import PAD_KEYS, multi_hot, pad_collate
 
 datasets.disable_progress_bars()
 transformers.utils.logging.disable_progress_bar()

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from workflow.scripts.infer.runtime import LATENCY_ROWS, LATENCY_WARMUP, forward_all, model_inputs
-from workflow.scripts.train.batching import pad_collate
+from workflow.scripts.data.batching import pad_collate
 
 SPEED_ROWS = 512  # throughput: the first rows of the first validation split
 ROUNDS = 3

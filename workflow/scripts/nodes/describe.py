@@ -10,13 +10,13 @@ import hashlib
 import importlib
 import platform
 import sys
-import time
 from pathlib import Path
 
 from workflow.scripts.common import hardware, intel, oneccl
 from workflow.scripts.common import precision as precision_rule
 from workflow.scripts.common import levers as speed_levers
 from workflow.scripts.common.errors import UserError
+from workflow.scripts.common.matmul import matmul_gflops
 from workflow.scripts.common.versions import installed
 from workflow.scripts.common.views import distributed_of, train_of
 from workflow.scripts.launch import ccl, mpi
@@ -62,19 +62,6 @@ def choose_backend(requested: str, ranks_per_node: int = 2, nodes: int = 1) -> t
         return "gloo", f"auto: {oneccl.CCL_MODULE} not importable"
     pays, why = ccl_pays(ranks_per_node, nodes)
     return ("ccl" if pays else "gloo"), f"auto: {oneccl.CCL_MODULE} imports; {why}"
-
-
-def matmul_gflops(dtype, size: int = 512, seconds: float = 0.3) -> float:
-    """Measured matmul speed; CPU flags alone can lie under a hypervisor."""
-    import torch
-
-    a = torch.randn(size, size).to(dtype)
-    a @ a
-    start, count = time.perf_counter(), 0
-    while time.perf_counter() - start < seconds:
-        a @ a
-        count += 1
-    return 2 * size**3 * count / (time.perf_counter() - start) / 1e9
 
 
 def measure_matmul() -> dict:

@@ -1,7 +1,7 @@
 """The network as the gradient all-reduce sees it: time gloo all-reduces of
 several sizes on the first 2, 3, ... ranks (one rank per node), and let
 rank 0 write every point. Started on every node by the launcher
-(train/network.py), like training.
+(plan/network.py), like training.
 
     python -m workflow.scripts.plan.netprobe --out network.json --log-dir D [--sizes-mb 0.004 1 16] [--repeats 5]
 

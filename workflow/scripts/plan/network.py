@@ -1,11 +1,11 @@
 """Measure the network between a run's nodes, as the gradient all-reduce
-sees it: train/netprobe.py on one rank per node, started by the launcher
+sees it: plan/netprobe.py on one rank per node, started by the launcher
 that trains (same hosts, same MPI, same interface), bounded like training.
 
     python -m workflow.scripts.plan.network --config C --environment E --out network.json [--log-dir D]
 
 C and E are the train configuration and environment.json of the run with
-the most nodes. The plan (report/plan.py) fits bandwidth and latency to
+the most nodes. The plan (plan/plan.py) fits bandwidth and latency to
 the points.
 """
 

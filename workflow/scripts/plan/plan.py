@@ -1,5 +1,5 @@
-"""The scaling plan: from one node's measured step (train/profile.py) and a
-measured (train/network.py) or stated network, the predicted throughput,
+"""The scaling plan: from one node's measured step (plan/profile.py) and a
+measured (plan/network.py) or stated network, the predicted throughput,
 speedup and efficiency on 1 to `max_nodes` nodes for each lever set, a
 recommendation for a target efficiency, a table and a chart.
 
@@ -20,7 +20,7 @@ from workflow.scripts.common import config as cfg, profiles
 from workflow.scripts.common.atomic import read_json, write_json
 from workflow.scripts.common.errors import run_cli
 from workflow.scripts.plan import plan_tables
-from workflow.scripts.report.charts import plot_plan
+from workflow.scripts.plan.chart import plot_plan
 from workflow.scripts.report.runs import published_figures
 from workflow.scripts.plan.scaling_model import Network, Profile, fit_network
 
@@ -96,11 +96,11 @@ def write(plan: dict, out_dir: Path) -> None:
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--profile", required=True, help="profile.json of train/profile.py")
+    parser.add_argument("--profile", required=True, help="profile.json of plan/profile.py")
     parser.add_argument("--config", help="the plan's configuration slice (JSON) or an experiment file")
     parser.add_argument("--cluster-profile",
                         help="a profile folder (make's PROFILE): its cluster file under the experiment")
-    parser.add_argument("--network", help="network.json of train/network.py (measured all-reduce times)")
+    parser.add_argument("--network", help="network.json of plan/network.py (measured all-reduce times)")
     parser.add_argument("--bandwidth-gbit", dest="bandwidth_gbit", type=float, nargs="+")
     parser.add_argument("--latency-us", dest="latency_us", type=float)
     parser.add_argument("--step-seconds", dest="step_seconds", type=float,

@@ -82,7 +82,7 @@ class Levers:
 
 @dataclass
 class Profile:
-    """One rank's step alone on one node (train/profile.py measures it)."""
+    """One rank's step alone on one node (plan/profile.py measures it)."""
     batch_size: int  # per rank and micro-batch
     forward: float  # seconds per micro-batch
     backward: float

@@ -1,7 +1,7 @@
 """The report's matplotlib charts: the loss of each run and of all runs, and
 the measured speedup against ideal and published.
 
-matplotlib is imported on first use, with the Agg backend: the report step
+matplotlib comes from common/figures.py (Agg, on first use): the report step
 runs on machines without a display, and the tables need no matplotlib.
 """
 
@@ -9,26 +9,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from workflow.scripts.common.figures import pyplot, save
 from workflow.scripts.report.numbers import percent
 from workflow.scripts.report.runs import published_figures
 
 LOSS_LABEL = "training loss (mean over ranks)"
-
-
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _save(fig, path: Path) -> None:
-    """Write a PNG without a Software tag, so that reruns give the same bytes."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100, bbox_inches="tight", metadata={"Software": None})
-    _pyplot().close(fig)
 
 
 def loss_points(train: dict) -> tuple[list[float], list[float], str]:
@@ -45,18 +30,18 @@ def loss_points(train: dict) -> tuple[list[float], list[float], str]:
 
 def plot_loss(name: str, train: dict, path: Path) -> None:
     """One run's loss curve (loss/<run>.png)."""
-    plt = _pyplot()
+    plt = pyplot()
     x, y, label = loss_points(train)
     fig, ax = plt.subplots(figsize=(7, 3.6))
     ax.plot(x, y, marker="o", markersize=3)
     ax.set(xlabel=label, ylabel=LOSS_LABEL, title=f"Loss of run {name}")
     ax.grid(alpha=0.3)
-    _save(fig, path)
+    save(fig, path)
 
 
 def plot_losses(trains: dict[str, dict], path: Path) -> None:
     """Every run's loss curve on one chart (loss.png), to compare them."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(8, 4))
     label = "training samples"
     for name, train in trains.items():
@@ -65,12 +50,12 @@ def plot_losses(trains: dict[str, dict], path: Path) -> None:
     ax.set(xlabel=label, ylabel=LOSS_LABEL, title="Training loss of every run")
     ax.grid(alpha=0.3)
     ax.legend(fontsize="small")
-    _save(fig, path)
+    save(fig, path)
 
 
 def plot_scaling(entries: list[dict], published: dict | None, path: Path) -> None:
     """Measured speedup per run as bars; ideal and published as markers."""
-    plt = _pyplot()
+    plt = pyplot()
     names = [e["run"] for e in entries]
     xs = range(len(entries))
     fig, ax = plt.subplots(figsize=(max(5.0, 1.2 * len(entries) + 2), 4))
@@ -92,40 +77,13 @@ def plot_scaling(entries: list[dict], published: dict | None, path: Path) -> Non
     ax.set(ylabel=f"speedup over {names[0]} (throughput)", title="Scaling: measured against ideal")
     ax.legend(fontsize="small", loc="upper left")
     ax.grid(axis="y", alpha=0.3)
-    _save(fig, path)
-
-
-def plot_plan(plan: dict, path: Path) -> None:
-    """Predicted efficiency against nodes: one panel per network, one line per
-    lever set, the target as a dashed line, published runs as red diamonds."""
-    plt = _pyplot()
-    rows = plan["predictions"]
-    nets = list(dict.fromkeys(r["network"] for r in rows))
-    fig, axes = plt.subplots(1, len(nets), figsize=(5.5 * len(nets), 4.2), sharey=True, squeeze=False)
-    for ax, net in zip(axes[0], nets):
-        for label in dict.fromkeys(r["levers"] for r in rows):
-            curve = [r for r in rows if r["network"] == net and r["levers"] == label]
-            ax.plot([r["nodes"] for r in curve], [100 * r["efficiency"] for r in curve], label=label,
-                    linewidth=2.2 if label == "no levers" else 1.2)
-        ax.axhline(100 * plan["settings"]["target_efficiency"], color="k", linestyle="--", linewidth=0.8)
-        published = plan.get("published_efficiency") or {}
-        if published:
-            ax.plot([int(n) for n in published], [100 * e for e in published.values()], "D", color="#dc2626",
-                    label="published")
-        ax.set_xscale("log", base=2)
-        ax.set(xlabel="nodes", title=net)
-        ax.grid(alpha=0.3)
-    axes[0][0].set_ylabel("efficiency (% of nodes x one node)")
-    axes[0][0].set_ylim(0, 110)
-    axes[0][-1].legend(fontsize="x-small", loc="lower left")
-    fig.suptitle(f"Scaling plan: {plan['title']}")
-    _save(fig, path)
+    save(fig, path)
 
 
 def plot_seeds(table: dict, path: Path) -> None:
     """Per task, each seed's score at the chosen rate (one marker per seed,
     one colour per row), so that the spread behind mean ± std is visible."""
-    plt = _pyplot()
+    plt = pyplot()
     tasks = table["tasks"] or ["(none)"]
     fig, ax = plt.subplots(figsize=(max(4.0, 1.2 * len(tasks)), 3.5))
     rows = table["rows"]
@@ -142,4 +100,4 @@ def plot_seeds(table: dict, path: Path) -> None:
     ax.set_ylabel("dev score per seed (%)")
     if rows:
         ax.legend(fontsize="small")
-    _save(fig, path)
+    save(fig, path)

@@ -20,7 +20,7 @@ from pathlib import Path
 from workflow.scripts.common import config as cfg, profiles
 from workflow.scripts.common.atomic import read_json
 from workflow.scripts.common.errors import UserError, run_cli
-from workflow.scripts.infer.policy import CANDIDATES as EVALUATIONS
+from workflow.scripts.common.candidates import CANDIDATES as EVALUATIONS
 from workflow.scripts.report.numbers import figure, is_number, ratio
 from workflow.scripts.report.runs import published_figures
 

@@ -8,12 +8,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from workflow.scripts.common.atomic import read_json
-from workflow.scripts.infer import policy
+from workflow.scripts.common.candidates import DEPLOY_FILE  # noqa: F401  (in deploy/, written by deploy_model)
 
 ENVIRONMENT = "environment.json"
 TRAIN_METRICS = "train_metrics.json"
 RUNTIMES = "eval_runtimes.json"  # evaluate_runtimes: eager fp32, OpenVINO fp32 and int8 side by side
-DEPLOY_FILE = policy.DEPLOY_FILE  # in deploy/, written by deploy_model
 
 
 def read_environment(run_dir: Path) -> dict:

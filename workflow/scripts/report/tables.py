@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime
 import html
 
-from workflow.scripts.infer.policy import CANDIDATES, LABELS
+from workflow.scripts.common.candidates import CANDIDATES, LABELS
 from workflow.scripts.report.numbers import figure, is_number, percent, ratio
 
 # Numeric eval fields that are not task metrics (the quantization table shows speed on its own).

@@ -12,9 +12,9 @@ import torch
 import torch.distributed as dist
 
 from workflow.scripts.common.errors import Preempted, UserError
+from workflow.scripts.data.batching import updates
 from workflow.scripts.train import speed
 from workflow.scripts.train.checkpoint import Checkpointer
-from workflow.scripts.train.batching import updates
 from workflow.scripts.train.preempt import StopRequests
 from workflow.scripts.train.state import Progress, TrainingState
 

@@ -19,7 +19,7 @@ from workflow.scripts.common.errors import UserError
 from workflow.scripts.common.modeling import accepted_columns, autocast_for, load_model, load_tokenizer
 from workflow.scripts.common.views import TrainSettings, TrainView
 from workflow.scripts.launch.ranks import DistEnv
-from workflow.scripts.train.batching import DistributedLengthGroupedSampler, pad_collate
+from workflow.scripts.data.batching import DistributedLengthGroupedSampler, pad_collate
 from workflow.scripts.train import master, speed
 from workflow.scripts.train.master import MasterAdamW
 from workflow.scripts.train.comm import CommTimer

@@ -1,0 +1,57 @@
+"""Fixtures of the integration lane, built on tests/helpers/. Their scopes
+are those they had in the files that used them: a module-scoped fixture
+starts once per test file (pytest-xdist runs a whole file on one worker)."""
+
+from __future__ import annotations
+
+import pytest
+
+from helpers import sweep
+from helpers.learned import train_learned
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """A Slurm test cluster of this file's own (test_slurm.py, test_slurm_time_limit.py)."""
+    from helpers import slurm_run  # root-only tools: imported by the files that use them
+
+    yield from slurm_run.start_cluster(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def sweep_run(tmp_path_factory, tiny_model_dir):
+    """(work folder, experiment file) of the sweep, run once per test process."""
+    return sweep.sweep_workdir(tmp_path_factory, tiny_model_dir)
+
+
+@pytest.fixture(scope="module")
+def learned(tmp_path_factory, tiny_model_dir):
+    """A tiny BERT trained in-process on a learnable task, and its data (a folder per file)."""
+    return train_learned(tmp_path_factory.mktemp("learned"), tiny_model_dir)
+
+
+@pytest.fixture(scope="module")
+def tokenized(tmp_path_factory, tiny_model_dir):
+    """A tiny MRPC, tokenized for the tiny model; (config, folder)."""
+    import json
+
+    from helpers.native_files import write_native
+    from helpers.workflow import task_experiment
+    from workflow.scripts.common import config as cfg
+    from workflow.scripts.data import load as data, tokenize as tokenize_data
+
+    work = tmp_path_factory.mktemp("tokenized")
+    config = cfg.validate(task_experiment("mrpc", tiny_model_dir, write_native("mrpc", work / "files", 48, 16)))
+    conf = work / "config.json"
+    conf.write_text(json.dumps(config))
+    data.main(["--config", str(conf), "--out", str(work / "raw")])
+    tokenize_data.main(["--config", str(conf), "--data", str(work / "raw"), "--out", str(work / "tok")])
+    return config, work / "tok"
+
+
+@pytest.fixture
+def one_rank(monkeypatch):
+    """Rank 0 of a one-rank gloo group in this process."""
+    from helpers.ranks import single_rank
+
+    single_rank(monkeypatch)
