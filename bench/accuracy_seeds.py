@@ -94,7 +94,7 @@ def cpuddp_config(model: str, task: str, precision: str, s: Settings, seed: int)
 
 def dev_scores(model_dir: Path, data: Path, task: str, batch: int = 64) -> dict:
     """The fine-tuned model's dev scores, in fp32, in padded batches."""
-    model = AutoModelForSequenceClassification.from_pretrained(model_dir, torch_dtype=torch.float32).eval()
+    model = AutoModelForSequenceClassification.from_pretrained(model_dir).float().eval()
     dev = datasets.load_from_disk(str(data))["validation"]
     keys = [k for k in ("input_ids", "attention_mask", "token_type_ids") if k in dev.column_names]
     collate = pad_collate(model.config.pad_token_id or 0)
