@@ -9,7 +9,8 @@ the CPU has native bf16) --group-by-length, its default fused AdamW;
 regression head (float labels) and scores Pearson and Spearman on dev;
 mrpc scores F1 (positive class) and accuracy. --evaluate scores dev even
 with --steps; rank0.json holds the logged losses (`loss_history`, [step,
-loss] every --log-every steps, the mean over ranks of that window).
+loss] every --log-every steps, the mean over ranks of that window,
+divided by the factor this Trainer scales the loss by, `logged_loss_scale`).
 """
 
 from __future__ import annotations
@@ -69,11 +70,19 @@ def main() -> None:
     start = time.perf_counter()
     result = trainer.train()
     seconds = time.perf_counter() - start
+    # With average_tokens_across_devices (default on) and a forward that takes
+    # **kwargs, this Trainer multiplies the loss by the number of processes
+    # (meant for losses summed over num_items_in_batch; the classification
+    # loss is a plain mean): it logs, and back-propagates, ranks x the loss.
+    # The history is divided back, so it overlays cpuddp's.
+    scale = trainer.accelerator.num_processes if (
+        training.average_tokens_across_devices and trainer.model_accepts_loss_kwargs) else 1
     rank = trainer.args.process_index  # whichever MPI started us (PMI_RANK, OMPI_COMM_WORLD_RANK, ...)
     record = {"rank": rank, "train_samples_per_second": result.metrics["train_samples_per_second"],
               "train_seconds": seconds, "steps": result.global_step,
               "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
-              "loss_history": [[e["step"], e["loss"]] for e in trainer.state.log_history if "loss" in e]}
+              "logged_loss_scale": scale,
+              "loss_history": [[e["step"], e["loss"] / scale] for e in trainer.state.log_history if "loss" in e]}
     if args.steps is None or args.evaluate:
         record.update(dev_scores(args.task, trainer.predict(data["validation"])))
     Path(args.out).mkdir(parents=True, exist_ok=True)
