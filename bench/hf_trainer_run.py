@@ -5,7 +5,12 @@ reads PMI_RANK/PMI_SIZE and joins a gloo group itself. run_glue's default
 pads every sequence to max_seq_length; --pad batch pads per batch. The
 Trainer at its best, as a careful user sets it: --pad batch --bf16 (where
 the CPU has native bf16) --group-by-length, its default fused AdamW;
---compile adds torch_compile=True.
+--compile adds torch_compile=True. --task stsb trains a one-output
+regression head (float labels) and scores Pearson and Spearman on dev;
+mrpc scores F1 (positive class) and accuracy. --evaluate scores dev even
+with --steps; rank0.json holds the logged losses (`loss_history`, [step,
+loss] every --log-every steps, the mean over ranks of that window,
+divided by the factor this Trainer scales the loss by, `logged_loss_scale`).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import time
 from pathlib import Path
 
 import datasets
+import numpy as np
 import torch
 from transformers import (AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding, Trainer,
                           TrainingArguments)
@@ -39,17 +45,22 @@ def main() -> None:
     parser.add_argument("--group-by-length", action="store_true")
     parser.add_argument("--compile", action="store_true")
     parser.add_argument("--one-process", action="store_true", help="no mpirun, no process group (1 rank)")
+    parser.add_argument("--task", choices=["mrpc", "stsb"], default="mrpc")
+    parser.add_argument("--log-every", type=int, default=10, help="steps between logged losses")
+    parser.add_argument("--evaluate", action="store_true", help="score dev even with --steps")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     data = datasets.load_from_disk(args.data)
-    model = AutoModelForSequenceClassification.from_pretrained(args.model, num_labels=2)
+    model = AutoModelForSequenceClassification.from_pretrained(
+        args.model, num_labels=1 if args.task == "stsb" else 2,
+        problem_type="regression" if args.task == "stsb" else "single_label_classification")
     collator = DataCollatorWithPadding(tokenizer, padding=args.pad if args.pad == "max_length" else True,
                                        max_length=args.max_length)
     training = TrainingArguments(
         output_dir=str(Path(args.out) / "trainer"), per_device_train_batch_size=args.batch_size,
         per_device_eval_batch_size=64, learning_rate=args.lr, num_train_epochs=args.epochs,
-        max_steps=args.steps or -1, save_strategy="no", report_to=[], logging_steps=10, seed=args.seed,
+        max_steps=args.steps or -1, save_strategy="no", report_to=[], logging_steps=args.log_every, seed=args.seed,
         use_cpu=True, ddp_backend=None if args.one_process else "gloo", dataloader_num_workers=0, disable_tqdm=True,
         bf16=args.bf16,
         train_sampling_strategy="group_by_length" if args.group_by_length else "random",
@@ -59,15 +70,31 @@ def main() -> None:
     start = time.perf_counter()
     result = trainer.train()
     seconds = time.perf_counter() - start
+    # With average_tokens_across_devices (default on) and a forward that takes
+    # **kwargs, this Trainer multiplies the loss by the number of processes
+    # (meant for losses summed over num_items_in_batch; the classification
+    # loss is a plain mean): it logs, and back-propagates, ranks x the loss.
+    # The history is divided back, so it overlays cpuddp's.
+    scale = trainer.accelerator.num_processes if (
+        training.average_tokens_across_devices and trainer.model_accepts_loss_kwargs) else 1
     rank = trainer.args.process_index  # whichever MPI started us (PMI_RANK, OMPI_COMM_WORLD_RANK, ...)
     record = {"rank": rank, "train_samples_per_second": result.metrics["train_samples_per_second"],
               "train_seconds": seconds, "steps": result.global_step,
-              "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
-    if args.steps is None:
-        predictions = trainer.predict(data["validation"])
-        record["accuracy"] = float((predictions.predictions.argmax(-1) == predictions.label_ids).mean())
+              "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+              "logged_loss_scale": scale,
+              "loss_history": [[e["step"], e["loss"] / scale] for e in trainer.state.log_history if "loss" in e]}
+    if args.steps is None or args.evaluate:
+        record.update(dev_scores(args.task, trainer.predict(data["validation"])))
     Path(args.out).mkdir(parents=True, exist_ok=True)
     (Path(args.out) / f"rank{rank}.json").write_text(json.dumps(record))
+
+
+def dev_scores(task: str, predictions) -> dict:
+    """mrpc: accuracy and F1 of the positive class; stsb: Pearson and Spearman."""
+    from bench.accuracy_judge import scores  # the repository is on PYTHONPATH (prepare_job_environment)
+
+    logits, labels = np.asarray(predictions.predictions, dtype=np.float64), predictions.label_ids
+    return scores(task, logits.reshape(-1) if task == "stsb" else logits.argmax(-1), labels)
 
 
 if __name__ == "__main__":

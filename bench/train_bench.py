@@ -67,8 +67,8 @@ def mrpc_shaped(raw: datasets.Dataset, seed: int) -> datasets.Dataset:
     return raw.map(lengthen, with_indices=True)
 
 
-def prepare(work: Path, model: str) -> Path:
-    demo.write_mrpc_demo(work / "raw", n_train=1600, n_dev=400, seed=0)
+def prepare(work: Path, model: str, n_train: int = 1600, n_dev: int = 400) -> Path:
+    demo.write_mrpc_demo(work / "raw", n_train=n_train, n_dev=n_dev, seed=0)
     task = tasks.get_task("mrpc")
     raw = load_local(task, {"train": str(work / "raw/train.tsv"), "validation": str(work / "raw/dev.tsv")},
                      "glue_tsv")
@@ -129,7 +129,8 @@ def run_cpuddp(work: Path, model: str, data: Path, steps: int, speed: dict | Non
 def run_trainer(work: Path, model: str, data: Path, steps: int | None, bf16: bool, compile_: bool, tag: str,
                 layout=(2, 1), extra: tuple[str, ...] = ()) -> dict:
     """The Trainer at the bench's setting; `steps` None trains hf_trainer_run's
-    epochs and scores the dev split (`accuracy`); `extra`: more of its flags."""
+    epochs and scores the dev split (`accuracy`); `extra`: more of its flags;
+    `rank0`: everything rank 0 wrote (dev scores, loss_history)."""
     config = full_config(model, steps, "fp32", layout=layout)
     out = work / f"trainer-{tag}"
     program = [sys.executable, str(Path(__file__).with_name("hf_trainer_run.py")), "--model", model,
@@ -147,7 +148,7 @@ def run_trainer(work: Path, model: str, data: Path, steps: int | None, bf16: boo
         return {"error": (lines or ["no output"])[-1][:200]}
     rank0 = json.loads((out / "rank0.json").read_text())
     return {"sps": rank0["train_samples_per_second"], "precision": "bf16" if bf16 else "fp32", "steps": steps,
-            "accuracy": rank0.get("accuracy")}
+            "accuracy": rank0.get("accuracy"), "rank0": rank0}
 
 
 def bert_base(work: Path, minilm: str) -> str:
