@@ -64,17 +64,19 @@ def main() -> None:
         use_cpu=True, ddp_backend=None if args.one_process else "gloo", dataloader_num_workers=0, disable_tqdm=True,
         bf16=args.bf16,
         train_sampling_strategy="group_by_length" if args.group_by_length else "random",
-        torch_compile=args.compile, optim="adamw_torch_fused")
+        torch_compile=args.compile, optim="adamw_torch_fused",
+        # At its best: the plain mean loss. With this on (the default) and a
+        # forward that takes **kwargs, the Trainer multiplies the mean
+        # classification loss by the number of processes (meant for losses
+        # summed over num_items_in_batch), so its gradients reach clipping
+        # ranks x too large.
+        average_tokens_across_devices=False)
     trainer = Trainer(model=model, args=training, train_dataset=data["train"], eval_dataset=data["validation"],
                       data_collator=collator)
     start = time.perf_counter()
     result = trainer.train()
     seconds = time.perf_counter() - start
-    # With average_tokens_across_devices (default on) and a forward that takes
-    # **kwargs, this Trainer multiplies the loss by the number of processes
-    # (meant for losses summed over num_items_in_batch; the classification
-    # loss is a plain mean): it logs, and back-propagates, ranks x the loss.
-    # The history is divided back, so it overlays cpuddp's.
+    # (Kept for runs that turn it back on: the logged history is divided back.)
     scale = trainer.accelerator.num_processes if (
         training.average_tokens_across_devices and trainer.model_accepts_loss_kwargs) else 1
     rank = trainer.args.process_index  # whichever MPI started us (PMI_RANK, OMPI_COMM_WORLD_RANK, ...)
