@@ -15,7 +15,8 @@ and global batch 32 (2 ranks x 1 thread):
 - trainer: the Trainer at the bench's best setting (per-batch padding,
   length grouping, fused AdamW; bf16 where the CPU has native bf16);
 - exact: cpuddp, train.precision bf16 (autocast over fp32 weights) where
-  native, else fp32, the step levers at their defaults;
+  native, else fp32, only the exact step levers (levers.exact_only: 32-bit
+  dropout draws);
 - bf16_master: cpuddp, train.precision bf16_master (only where native);
 - defaults: cpuddp, train.precision auto.
 
@@ -47,9 +48,9 @@ from bench.accuracy_data import prepare
 from bench.train_bench import MODEL, full_config
 from bench.train_bench import run_trainer as bench_trainer
 from workflow.scripts.common import config as cfg
-from workflow.scripts.common import hardware
+from workflow.scripts.common import hardware, levers
 from workflow.scripts.common.snakemake_env import prepare_job_environment
-from workflow.scripts.train.batching import pad_collate
+from workflow.scripts.data.batching import pad_collate
 from workflow.scripts.train.runs import run_training
 
 ROW_KEYS = ("trainer", "exact", "bf16_master", "defaults")
@@ -85,8 +86,9 @@ def row_precision(key: str, bf16: bool) -> str:
     return {"exact": "bf16" if bf16 else "fp32", "bf16_master": "bf16_master", "defaults": "auto"}[key]
 
 
-def cpuddp_config(model: str, task: str, precision: str, s: Settings, seed: int) -> dict:
-    config = full_config(model, s.max_steps, precision)
+def cpuddp_config(model: str, task: str, precision: str, s: Settings, seed: int, exact: bool = False) -> dict:
+    """`exact`: the levers that change what a step computes off (levers.exact_only)."""
+    config = full_config(model, s.max_steps, precision, levers.exact_only().as_dict() if exact else None)
     config["task"] = task
     config["train"].update(epochs=s.epochs, learning_rate=s.lr, seed=seed, log_every=s.log_every)
     return cfg.validate(config)
@@ -108,10 +110,11 @@ def dev_scores(model_dir: Path, data: Path, task: str, batch: int = 64) -> dict:
     return judge.scores(task, logits.reshape(-1) if task == "stsb" else logits.argmax(-1), np.array(dev["labels"]))
 
 
-def run_cpuddp(work: Path, model: str, data: Path, task: str, precision: str, s: Settings, seed: int) -> dict:
-    out = work / f"cpuddp-{task}-{precision}-{seed}"
+def run_cpuddp(work: Path, model: str, data: Path, task: str, precision: str, s: Settings, seed: int,
+               exact: bool = False) -> dict:
+    out = work / f"cpuddp-{task}-{precision}-{seed}{'-exact' if exact else ''}"
     out.mkdir(parents=True)
-    info, metrics = run_training(cpuddp_config(model, task, precision, s, seed), str(data), out,
+    info, metrics = run_training(cpuddp_config(model, task, precision, s, seed, exact), str(data), out,
                                  f"cpuddp accuracy run ({task}, precision {precision}, seed {seed})")
     return {"precision": info["precision"], "levers": info.get("levers"), "steps": metrics["steps"],
             "samples_per_second": metrics["train_samples_per_second"], "scores": dev_scores(out / "model", data, task),
@@ -135,7 +138,7 @@ def run_row(key: str, work: Path, model: str, data: Path, task: str, s: Settings
     if key == "trainer":
         result = run_trainer(work, model, data, task, s, seed)
     else:
-        result = run_cpuddp(work, model, data, task, row_precision(key, s.bf16), s, seed)
+        result = run_cpuddp(work, model, data, task, row_precision(key, s.bf16), s, seed, exact=key == "exact")
     return {**result, "wall_seconds": round(time.perf_counter() - start, 1)}
 
 

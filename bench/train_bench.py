@@ -117,10 +117,11 @@ def timed(run) -> dict:
     return {**result, "wall_seconds": time.perf_counter() - start}
 
 
-def run_cpuddp(work: Path, model: str, data: Path, steps: int, speed: dict | None, tag: str, layout=(2, 1)) -> dict:
+def run_cpuddp(work: Path, model: str, data: Path, steps: int, speed: dict | None, tag: str, layout=(2, 1),
+               precision: str = "auto") -> dict:
     out = work / f"cpuddp-{tag}"
     out.mkdir()
-    info, metrics = run_training(full_config(model, steps, "auto", speed, layout), str(data), out,
+    info, metrics = run_training(full_config(model, steps, precision, speed, layout), str(data), out,
                                  "cpuddp bench run")
     return {"sps": metrics["train_samples_per_second"], "precision": info["precision"], "steps": steps,
             "levers": info.get("levers")}
@@ -208,6 +209,10 @@ def rows_for(work: Path, model: str, data: Path, steps: int, bf16: bool, with_co
             continue
         run(name, lambda chosen=chosen, name=name: run_cpuddp(
             work, model, data, steps, chosen.as_dict(), name.split(", ")[-1].replace(" ", "-")), chosen)
+    for precision in ("bf16", "bf16_master") if bf16 else ():  # each bf16 kind, whichever auto picked
+        if results["cpuddp (defaults)"].get("precision") != precision:
+            run(f"cpuddp, precision {precision}", lambda p=precision: run_cpuddp(
+                work, model, data, steps, None, p, precision=p), levers.choose(levers.Levers())[0])
     return results
 
 
@@ -238,7 +243,8 @@ def report(title: str, results: dict, peaks: dict, flops_per_sample: float) -> N
         step = GLOBAL_BATCH / r["sps"]
         e2e = max(r["wall_seconds"] - r["steps"] * step, 0) + E2E_STEPS * step
         share = f"{100 * r['profile']['matmul_share']:.0f}%" if r.get("profile") else "-"
-        useful = r["sps"] / 2 * flops_per_sample / 1e9 / peaks[r["precision"]]  # per rank, one core each
+        peak = peaks[r["precision"].removesuffix("_master")]  # bf16_master's matmuls are bf16's
+        useful = r["sps"] / 2 * flops_per_sample / 1e9 / peak  # per rank, one core each
         print(f"{name:38} {r['precision']:>9} {r['sps']:9.2f} {r['sps'] / base:9.2f}x {e2e:11.0f}s {share:>12} "
               f"{100 * useful:10.0f}%")
     for name, r in results.items():

@@ -54,6 +54,9 @@ class Rule:
     """(value, why) for `auto` in this context."""
     needs: tuple = ()
     """(lever, value) pairs without which this lever does nothing."""
+    exact: bool = True
+    """On, the step computes what torch's does (apart from which dropout
+    masks are drawn); a lever that is not is judged by accuracy over seeds."""
 
 
 def _always(value: str | int, why: str) -> Callable[[Context], tuple[str | int, str]]:
@@ -78,7 +81,7 @@ RULES: dict[str, Rule] = {
     "dropout_bits": Rule(32, _always(16, "16-bit draws, four per 64-bit draw, about twice as fast as 32-bit "
                                              "ones; p exact to 1/65536, within one std of the exact path's "
                                              "accuracy over seeds (docs/performance.md)"),
-                         needs=(("dropout", "fast"),)),
+                         needs=(("dropout", "fast"),), exact=False),
     "attention": Rule("sdpa", _always("eager", "with attention dropout the CPU sdpa kernel falls back to math; "
                                                "eager is faster")),
     "embedding_allreduce": Rule("dense", _embedding_allreduce),
@@ -106,6 +109,12 @@ def choose(settings: Levers | dict | None, context: Context = Context()) -> tupl
         else:
             chosen[name], reasons[name] = value, "set in train.speed"
     return Levers(**chosen), reasons
+
+
+def exact_only() -> Levers:
+    """The settings of the exact path: every lever that is not exact off,
+    the others auto (the reference of bench/accuracy_seeds.py)."""
+    return Levers(**{name: "auto" if rule.exact else rule.off for name, rule in RULES.items()})
 
 
 def all_off() -> Levers:
