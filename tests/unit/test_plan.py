@@ -115,3 +115,17 @@ def test_model_buckets_match_real_ddp(tiny_model_dir):
             dist.destroy_process_group()
         assert seen == [b for b, _ in buckets(grads, cap_mb)], cap_mb
     assert torch.get_num_threads() >= 1
+
+
+def test_bf16_master_profiles_half_the_gradient_bytes(tiny_model_dir):
+    """The plan models bf16_master's all-reduce: its encoder gradients are
+    bf16, half the bytes of fp32's (the fp32 head's stay whole)."""
+    from workflow.scripts.plan import profile as measure
+
+    model = measure.build_model(str(tiny_model_dir), "mrpc")
+    batch = measure.random_batch(model, 4, 16, qa=False)
+    full = sum(b for b, _ in measure.measure(model, batch, steps=1, warmup=0, precision="fp32")["grads"])
+    model = measure.build_model(str(tiny_model_dir), "mrpc")
+    half = sum(b for b, _ in measure.measure(model, batch, steps=1, warmup=0, precision="bf16_master")["grads"])
+    head = sum(p.numel() * 4 for p in model.classifier.parameters())
+    assert half == (full - head) // 2 + head

@@ -31,6 +31,7 @@ from workflow.scripts.common.modeling import autocast_for
 from workflow.scripts.common.views import PlanView
 from workflow.scripts.nodes import describe
 from workflow.scripts.plan import compress_cost
+from workflow.scripts.train import master
 
 
 def shapes() -> dict:
@@ -126,21 +127,32 @@ def wait_for_parties(barrier: str | None, parties: int) -> None:
         time.sleep(0.05)
 
 
+def step_parts(model, precision: str):
+    """(optimizer, autocast factory) of a rank's step at `precision`; under
+    bf16_master the model becomes bf16 with fp32 masters (train/master.py)."""
+    if precision == "bf16_master":
+        master.to_bf16_encoder(model)
+        return master.MasterAdamW([{"params": list(model.parameters())}], lr=1e-5, fused=True), autocast_for("fp32")
+    return torch.optim.AdamW(model.parameters(), lr=1e-5, fused=True), autocast_for(precision)
+
+
 def measure(model, batch: dict, steps: int, warmup: int, precision: str, barrier=None, parties: int = 1) -> dict:
     """Median times over `steps` steps after `warmup`, on a one-rank group."""
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     try:
+        optimizer, autocast = step_parts(model, precision)
         ddp = DDP(model, gradient_as_bucket_view=True)
-        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=True)
         ready = ReadyTimes(model)
         wait_for_parties(barrier, parties)
-        runs = [one_step(ddp, optimizer, batch, ready, autocast_for(precision)) for _ in range(warmup + steps)]
+        runs = [one_step(ddp, optimizer, batch, ready, autocast) for _ in range(warmup + steps)]
         del ddp
     finally:
         dist.destroy_process_group()
     runs = runs[warmup:]
     offsets = {i: statistics.median(r[3][i] for r in runs) for i in runs[0][3]}
-    grads = sorted(([ready.params[i].numel() * 4, round(t, 6)] for i, t in offsets.items()), key=lambda g: g[1])
+    # bf16_master's gradients are bf16: the all-reduce sends half the bytes.
+    sizes = {i: ready.params[i].numel() * ready.params[i].element_size() for i in offsets}
+    grads = sorted(([sizes[i], round(t, 6)] for i, t in offsets.items()), key=lambda g: g[1])
     return {"forward": statistics.median(r[0] for r in runs), "backward": statistics.median(r[1] for r in runs),
             "update": statistics.median(r[2] for r in runs), "grads": grads}
 
