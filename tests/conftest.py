@@ -58,7 +58,9 @@ def lane(item) -> str:
 # long file starts last and runs alone. Much of their time is waiting (Slurm's
 # status polls, timeouts, the other ranks), which a neighbour's work fills.
 LONGEST_FIRST = ("test_slurm.py", "test_self_healing.py", "test_fault_tolerance.py", "test_slurm_time_limit.py",
-                 "test_multinode.py", "test_every_task.py")
+                 "test_multinode.py", "test_every_task.py",
+                 "test_glue_table.py",  # 96 s alone on 2 cores (load 0.7-1.0); 155 s under load 4-5
+                 "test_packed_sweep.py")  # 58 s alone on 2 cores (load 1.2-2.5)
 
 
 def file_order(item) -> int:

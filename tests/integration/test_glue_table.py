@@ -61,7 +61,14 @@ def test_the_table_has_every_task_seed_and_the_glue_score(table_run):
 def test_an_interrupted_sweep_trains_only_the_missing_runs(table_run):
     work, configfile = table_run
     results = work / "results" / EXPERIMENT
-    shutil.rmtree(results / "rte-s2")  # as if the sweep had stopped before it
+    # As if the sweep had stopped before rte-s2: neither it nor the outputs
+    # made after every run (summary, table, report) exist. (With those left,
+    # Snakemake would see nothing to do: it does not remake a deleted
+    # intermediate file whose consumers are up to date.)
+    for path in (results / "rte-s2", results / "report"):
+        shutil.rmtree(path)
+    for name in ("summary.json", "table.md", "table.csv"):
+        (results / name).unlink()
     done = subprocess.run([sys.executable, "-m", "workflow.scripts.report.table", "--config",
                            str(results / "config" / "report.json"), "--results", str(results),
                            "--out-dir", str(results / "report")], capture_output=True, text=True, cwd=REPO)
