@@ -9,7 +9,7 @@ import yaml
 
 from conftest import REPO
 from workflow.scripts.common import config as cfg
-from workflow.scripts.common import layers, recipe
+from workflow.scripts.common import profiles, recipe
 from workflow.scripts.common.plan_lines import run_line
 
 EXPERIMENTS = sorted((REPO / "experiments").glob("*.yaml"))
@@ -24,7 +24,7 @@ MACHINE_KEYS = {"hostfile", "threads_per_process", "mpi", "mpirun", "launcher", 
     (["snakemake", "-n"], {}, None),
 ])
 def test_the_profile_is_found_on_the_command_line(argv, env, want):
-    assert layers.profile_arg(argv, env) == want
+    assert profiles.profile_arg(argv, env) == want
 
 
 @pytest.mark.parametrize("profile, cluster", [("xeon", "profiles/xeon/cluster.yaml"),
@@ -34,11 +34,11 @@ def test_a_command_line_config_does_not_drop_the_profiles_cluster(profile, clust
     cluster is read from the profile's own file instead."""
     monkeypatch.chdir(REPO)
     argv = ["snakemake", "--profile", f"profiles/{profile}", "--config", "task=qnli"]
-    assert layers.cluster_of({"task": "qnli"}, argv, {}) == cluster
+    assert profiles.cluster_of({"task": "qnli"}, argv, {}) == cluster
 
 
 def test_jobs_get_the_cluster_from_the_main_process():
-    assert layers.cluster_of({}, ["snakemake"], {layers.CLUSTER_ENV: "profiles/slurm/cluster.yaml"}) \
+    assert profiles.cluster_of({}, ["snakemake"], {profiles.CLUSTER_ENV: "profiles/slurm/cluster.yaml"}) \
         == "profiles/slurm/cluster.yaml"
 
 
