@@ -10,6 +10,7 @@ import yaml
 from conftest import REPO
 from workflow.scripts.common import config as cfg
 from workflow.scripts.common import profiles, recipe
+from workflow.scripts.common import plan_lines
 from workflow.scripts.common.plan_lines import run_line
 
 EXPERIMENTS = sorted((REPO / "experiments").glob("*.yaml"))
@@ -96,3 +97,20 @@ def test_the_run_line_says_where_and_how(tmp_path):
     for part in ("2 rank(s) per node", "threads auto", "backend auto", "MPI auto", "precision auto",
                  "results in results/qnli/default/"):
         assert part in line
+
+
+@pytest.mark.parametrize("argv, brief", [(["snakemake", "-n"], True), (["snakemake", "--dry-run", "-j", "4"], True),
+                                         (["snakemake", "-np"], False), (["snakemake", "-n", "-p"], False),
+                                         (["snakemake", "--profile", "profiles/xeon"], False)])
+def test_a_dry_run_leaves_the_job_blocks_out_unless_p(argv, brief):
+    import logging
+
+    from snakemake_interface_logger_plugins.common import LogEvent
+
+    logger = logging.getLogger(f"cpuddp-test-{len(argv)}-{brief}")
+    assert plan_lines.brief_dry_run(argv, logger) is brief
+    block = logger.makeRecord(logger.name, logging.INFO, "", 0, "rule x:", None, None, extra={"event": LogEvent.JOB_INFO})
+    table = logger.makeRecord(logger.name, logging.INFO, "", 0, "Job stats:", None, None,
+                              extra={"event": LogEvent.RUN_INFO})
+    assert logger.filter(block) is not brief and logger.filter(table)
+    logger.filters.clear()
