@@ -27,10 +27,14 @@ rule environment_check:
 
 # On request only (`snakemake --profile profiles/xeon setup_nodes`): where the
 # nodes share no filesystem, copy this workflow to the same path on every node
-# and build its pinned .venv there (`make venv`), through the same launcher.
+# and build its pinned .venv there (`make venv`), then the experiment's data
+# folder (tokenized data, the fetched model) to every node that does not
+# already see the same files, through the same launcher.
 rule setup_nodes:
     input:
         cfg=f"{RESULTS}/{max(RUNS, key=lambda r: RUNS[r]['distributed']['nodes'])}/config/environment.json",
+        tokenized=f"{RESULTS}/data/tokenized",
+        model=fetched_model,
     log:
         f"logs/setup_nodes/{EXP}.log",
     conda:
@@ -38,4 +42,4 @@ rule setup_nodes:
     resources:
         mpi=1,
     shell:
-        "python -m workflow.scripts.nodes.setup --config {input.cfg} 2> {log}"
+        f"python -m workflow.scripts.nodes.setup --config {{input.cfg}} --data {RESULTS}/data 2> {{log}}"
