@@ -109,8 +109,9 @@ def test_a_dry_run_leaves_the_job_blocks_out_unless_p(argv, brief):
 
     logger = logging.getLogger(f"cpuddp-test-{len(argv)}-{brief}")
     assert plan_lines.brief_dry_run(argv, logger) is brief
-    block = logger.makeRecord(logger.name, logging.INFO, "", 0, "rule x:", None, None, extra={"event": LogEvent.JOB_INFO})
-    table = logger.makeRecord(logger.name, logging.INFO, "", 0, "Job stats:", None, None,
-                              extra={"event": LogEvent.RUN_INFO})
+    def record(message, event):
+        return logger.makeRecord(logger.name, logging.INFO, "", 0, message, None, None, extra={"event": event})
+
+    block, table = record("rule x:", LogEvent.JOB_INFO), record("Job stats:", LogEvent.RUN_INFO)
     assert logger.filter(block) is not brief and logger.filter(table)
     logger.filters.clear()

@@ -43,8 +43,8 @@ class Plain:
 
 
 def _retarget_handlers(old, new) -> None:
-    loggers = [logging.getLogger()] + [l for l in logging.Logger.manager.loggerDict.values()
-                                       if isinstance(l, logging.Logger)]
+    loggers = [logging.getLogger()] + [found for found in logging.Logger.manager.loggerDict.values()
+                                       if isinstance(found, logging.Logger)]
     for logger in loggers:
         for handler in logger.handlers:
             if isinstance(handler, logging.StreamHandler) and handler.stream is old:
