@@ -5,8 +5,7 @@ import sys
 
 from snakemake.utils import min_version
 
-from workflow.scripts.common.hostfile import cluster_file
-from workflow.scripts.common.layers import CLUSTER_ENV, cluster_of
+from workflow.scripts.common import profiles
 
 min_version("9.0")
 
@@ -18,13 +17,13 @@ configfile: os.path.join(workflow.basedir, "config.yaml")
 # config.yaml but before experiment files and --config, which override it.
 # A --config on the command line replaces the profile's `config:` list, so the
 # profile is also read directly; jobs get the file through the environment.
-CLUSTER = cluster_of(config, sys.argv)
+CLUSTER = profiles.cluster_of(config, sys.argv)
 if CLUSTER:
-    os.environ[CLUSTER_ENV] = CLUSTER
+    os.environ[profiles.CLUSTER_ENV] = CLUSTER
 
-    configfile: cluster_file(CLUSTER, workflow.basedir)
+    configfile: str(profiles.existing(CLUSTER, workflow.basedir))
 
-    config["cluster"] = cluster_file(CLUSTER, workflow.basedir)
+    config["cluster"] = str(profiles.existing(CLUSTER, workflow.basedir))
 
 
 include: "workflow/rules/common.smk"

@@ -149,14 +149,26 @@ def test_setup_nodes_gives_a_node_without_the_workflow_a_copy(cluster, tmp_path)
     assert before.returncode == 1 and "node bare did not answer" in before.stderr
     assert "No module named 'workflow'" in before.stderr
 
+    # the experiment's data (rule data_fetch_model's model, the tokenized data)
+    data = src / "results/x/data"
+    for name, content in {"model/config.json": b"{}", "model/model.safetensors": bytes(range(256)) * 64,
+                          "tokenized/train/data-00000.arrow": b"arrow"}.items():
+        (data / name).parent.mkdir(parents=True, exist_ok=True)
+        (data / name).write_bytes(content)
     config = check_config(work, cluster_file(work, names))
     setup = subprocess.run(on_host(hosts[0], [sys.executable, "-m", "workflow.scripts.nodes.setup",
-                                              "--config", str(config), "--timeout", "120"]),
+                                              "--config", str(config), "--timeout", "120", "--data", str(data)]),
                            capture_output=True, text=True, cwd=src, timeout=180,
                            env=host_env(mapping, PYTHONPATH=str(src)))
     assert setup.returncode == 0, setup.stderr[-3000:]
     assert f"node {hosts[0].name}: workflow copy in {src} (0 files written)" in setup.stderr  # already there
     assert "node bare: workflow copy" in setup.stderr and (disk / "workflow/scripts/nodes/check.py").is_file()
+    # the launch node sees the same files (a shared filesystem): not copied; the bare node gets them
+    assert f"node {hosts[0].name}: workflow copy in {src} (0 files written), .venv ready; data in {data}: the " \
+        "same files already there, not copied" in setup.stderr
+    copied = disk / "results/x/data"
+    assert (copied / "model/model.safetensors").read_bytes() == (data / "model/model.safetensors").read_bytes()
+    assert (copied / "tokenized/train/data-00000.arrow").read_bytes() == b"arrow"
 
     after, out, _ = run_check(cluster, names, cwd=src)
     assert after.returncode == 0, after.stderr[-3000:]

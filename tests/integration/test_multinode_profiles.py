@@ -83,7 +83,7 @@ def test_slurm_dry_run_sizes_the_allocations(tmp_path):
         message = "snakemake-executor-plugin-slurm is not installed (make venv installs it)"
         pytest.fail(message) if os.environ.get("CI") else pytest.skip(message)
     experiment = profile_experiment(tmp_path, sweep={"nodes": [2, 1], "processes_per_node": [2, 1]})
-    log = profile_run(tmp_path, "slurm", "-n", "--configfile", str(experiment))
+    log = profile_run(tmp_path, "slurm", "-np", "--configfile", str(experiment))  # -p: every job's block
     jobs = dry_run_resources(log)
     train = {run: jobs["train_ddp", run] for run in ("n2-ppn2", "n2-ppn1", "n1-ppn2", "n1-ppn1")}
     assert {k: train["n2-ppn2"].get(k) for k in ("mpi", "nodes", "tasks_per_node", "tasks", "cpus_per_task")} == \

@@ -64,7 +64,8 @@ def test_a_new_sweep_value_trains_only_the_new_run(sweep_run, tmp_path):
     work, configfile = sweep_run
     config = yaml.safe_load(configfile.read_text())
     config["sweep"]["processes_per_node"] = [1, 2, 3]
-    done = snakemake(work, write_config(tmp_path / "three.yaml", config), "--dry-run")
+    done = snakemake(work, write_config(tmp_path / "three.yaml", config), "--dry-run",
+                     "--printshellcmds")  # with every job's block
     planned = re.findall(r"rule train_ddp:\n(?:\s+\w+:.*\n)*?\s+output: (\S+)", done.stdout)
     assert [Path(p.rstrip(",")).parent.name for p in planned] == ["ppn3"], done.stdout
 

@@ -9,7 +9,8 @@ import yaml
 
 from helpers.workflow import REPO
 from workflow.scripts.common import config as cfg
-from workflow.scripts.common import layers, recipe
+from workflow.scripts.common import profiles, recipe
+from workflow.scripts.common import plan_lines
 from workflow.scripts.common.plan_lines import run_line
 
 EXPERIMENTS = sorted((REPO / "experiments").glob("*.yaml"))
@@ -24,7 +25,7 @@ MACHINE_KEYS = {"hostfile", "threads_per_process", "mpi", "mpirun", "launcher", 
     (["snakemake", "-n"], {}, None),
 ])
 def test_the_profile_is_found_on_the_command_line(argv, env, want):
-    assert layers.profile_arg(argv, env) == want
+    assert profiles.profile_arg(argv, env) == want
 
 
 @pytest.mark.parametrize("profile, cluster", [("xeon", "profiles/xeon/cluster.yaml"),
@@ -34,11 +35,11 @@ def test_a_command_line_config_does_not_drop_the_profiles_cluster(profile, clust
     cluster is read from the profile's own file instead."""
     monkeypatch.chdir(REPO)
     argv = ["snakemake", "--profile", f"profiles/{profile}", "--config", "task=qnli"]
-    assert layers.cluster_of({"task": "qnli"}, argv, {}) == cluster
+    assert profiles.cluster_of({"task": "qnli"}, argv, {}) == cluster
 
 
 def test_jobs_get_the_cluster_from_the_main_process():
-    assert layers.cluster_of({}, ["snakemake"], {layers.CLUSTER_ENV: "profiles/slurm/cluster.yaml"}) \
+    assert profiles.cluster_of({}, ["snakemake"], {profiles.CLUSTER_ENV: "profiles/slurm/cluster.yaml"}) \
         == "profiles/slurm/cluster.yaml"
 
 
@@ -96,3 +97,21 @@ def test_the_run_line_says_where_and_how(tmp_path):
     for part in ("2 rank(s) per node", "threads auto", "backend auto", "MPI auto", "precision auto",
                  "results in results/qnli/default/"):
         assert part in line
+
+
+@pytest.mark.parametrize("argv, brief", [(["snakemake", "-n"], True), (["snakemake", "--dry-run", "-j", "4"], True),
+                                         (["snakemake", "-np"], False), (["snakemake", "-n", "-p"], False),
+                                         (["snakemake", "--profile", "profiles/xeon"], False)])
+def test_a_dry_run_leaves_the_job_blocks_out_unless_p(argv, brief):
+    import logging
+
+    from snakemake_interface_logger_plugins.common import LogEvent
+
+    logger = logging.getLogger(f"cpuddp-test-{len(argv)}-{brief}")
+    assert plan_lines.brief_dry_run(argv, logger) is brief
+    def record(message, event):
+        return logger.makeRecord(logger.name, logging.INFO, "", 0, message, None, None, extra={"event": event})
+
+    block, table = record("rule x:", LogEvent.JOB_INFO), record("Job stats:", LogEvent.RUN_INFO)
+    assert logger.filter(block) is not brief and logger.filter(table)
+    logger.filters.clear()

@@ -5,8 +5,10 @@ import os
 import re
 import sys
 
+import snakemake.logging
+
 from workflow.scripts.common import config as cfg
-from workflow.scripts.common.plan_lines import run_line
+from workflow.scripts.common.plan_lines import brief_dry_run, experiment_line, run_line
 from workflow.scripts.common import stages
 from workflow.scripts.common.model_copy import fetched_dir, is_hub_id, model_key
 from workflow.scripts.common.hostfile import read_hostfile
@@ -26,10 +28,13 @@ EXP = CONFIG["experiment"]
 RESULTS = f"results/{EXP}"
 RUNS = cfg.runs(CONFIG)
 FIRST_RUN = next(iter(RUNS))  # the baseline of a sweep
-# Before Snakemake's plan: one line per run, where and how it runs.
+# Before Snakemake's plan: one line per run, where and how it runs; a dry
+# run then prints the job table, not every job's block (plan_lines.py).
 if workflow.is_main_process:
+    brief_dry_run(sys.argv, snakemake.logging.logger)
     for name, run in RUNS.items():
         print(run_line(name, run, RESULTS, CONFIG.get("cluster")), file=sys.stderr)
+    print(experiment_line(EXP, len(RUNS), RESULTS), file=sys.stderr)
 # A sweep over task, model or length: data per task, tokens per task, model
 # and length, each under results/<experiment>/data/<key>/ with its own
 # config slice (scope "data/<key>"); else the experiment's one copy.

@@ -27,10 +27,15 @@ rule environment_check:
 
 # On request only (`snakemake --profile profiles/xeon setup_nodes`): where the
 # nodes share no filesystem, copy this workflow to the same path on every node
-# and build its pinned .venv there (`make venv`), through the same launcher.
+# and build its pinned .venv there (`make venv`), then the experiment's data
+# folder (tokenized data, the fetched model) to every node that does not
+# already see the same files, through the same launcher.
 rule setup_nodes:
     input:
         cfg=f"{RESULTS}/{max(RUNS, key=lambda r: RUNS[r]['distributed']['nodes'])}/config/environment.json",
+        # every run's tokenized data and fetched model (a sweep's, each once)
+        tokenized=sorted({tokens_of(run) for run in RUNS}),
+        model=sorted({m for run in RUNS.values() for m in fetched_model_of(run)}),
     log:
         f"logs/setup_nodes/{EXP}.log",
     conda:
@@ -39,4 +44,4 @@ rule setup_nodes:
         mpi=1,
         nodes=ALL_NODES,
     shell:
-        "python -m workflow.scripts.nodes.setup --config {input.cfg} 2> {log}"
+        f"python -m workflow.scripts.nodes.setup --config {{input.cfg}} --data {RESULTS}/data 2> {{log}}"

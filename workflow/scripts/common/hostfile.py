@@ -1,5 +1,4 @@
-"""Hostfiles (one node per line: `host`, `host:slots` or `host slots=N`) and
-the cluster file a profile names."""
+"""Hostfiles (one node per line: `host`, `host:slots` or `host slots=N`)."""
 
 from __future__ import annotations
 
@@ -40,12 +39,3 @@ def check_nodes(path, nodes: int) -> list[str]:
         raise UserError(f"distributed.nodes is {nodes} but hostfile {path} lists {len(hosts)} node(s); "
                         "add nodes to the hostfile or lower distributed.nodes")
     return hosts[:nodes]
-
-
-def cluster_file(path: str, basedir: str) -> str:
-    """A profile's cluster file (relative to the workflow) that must exist:
-    Snakemake would skip a missing one silently when --configfile is given."""
-    full = Path(basedir) / path
-    if not full.is_file():
-        raise UserError(f"cluster file not found: {full}; fix config key `cluster` (set by the profile)")
-    return str(full)

@@ -1,62 +1,9 @@
-"""Where the configuration's layers come from: the profile's cluster file,
-whatever the command line adds, and command-line values typed by the schema.
-
-Snakemake replaces a profile's `config:` list with a `--config` given on the
-command line, so the cluster file is also read from the profile itself."""
+"""Command-line values typed by the schema: the layer `--config` adds.
+(The profile's cluster file and the layering of config files: `profiles`.)"""
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import yaml
-
-# Set by the main Snakemake process for its jobs (a Slurm job's Snakemake
-# is started without --profile): the cluster file the run was planned with.
-CLUSTER_ENV = "CPUDDP_CLUSTER"
-
-
-def profile_arg(argv: list[str], environ) -> str | None:
-    """The last --profile of a Snakemake command line, else $SNAKEMAKE_PROFILE."""
-    found = environ.get("SNAKEMAKE_PROFILE")
-    for i, word in enumerate(argv):
-        if word == "--profile" and i + 1 < len(argv):
-            found = argv[i + 1]
-        elif word.startswith("--profile="):
-            found = word.split("=", 1)[1]
-    return found
-
-
-def profile_file(profile: str) -> Path | None:
-    """A profile's YAML, where Snakemake looks: the path given, else a
-    folder of that name in the user's or the system's snakemake folder."""
-    homes = [Path(profile)] + [Path(d).expanduser() / profile for d in ("~/.config/snakemake", "/etc/xdg/snakemake")]
-    for home in homes:
-        if home.is_file():
-            return home
-        found = [home / name for name in ("profile.yaml", "config.yaml") if (home / name).is_file()]
-        if found:
-            return found[0]
-    return None
-
-
-def profile_cluster(profile: str | None) -> str | None:
-    """The `cluster=` entry of a profile's `config:` list (None without one)."""
-    path = profile_file(profile) if profile else None
-    if path is None:
-        return None
-    settings = yaml.safe_load(path.read_text()) or {}
-    for item in settings.get("config") or []:
-        key, _, value = str(item).partition("=")
-        if key.strip() == "cluster":
-            return value.strip()
-    return None
-
-
-def cluster_of(config: dict, argv: list[str], environ=os.environ) -> str | None:
-    """The cluster file: an explicit `cluster` key, else the profile's, else
-    the one the main process handed its jobs."""
-    return config.get("cluster") or profile_cluster(profile_arg(argv, environ)) or environ.get(CLUSTER_ENV)
 
 
 def _scalar(schema: dict, text: str):

@@ -1,10 +1,19 @@
 """One line per run, printed by the dry run and the run's first lines:
 where it runs (nodes of the hostfile's, ranks, threads), with what
-(backend, MPI, precision policy) and where its results go."""
+(backend, MPI, precision policy) and where its results go.
+
+A dry run prints those lines and Snakemake's job table: each job's block
+(rule, input, output, reason, shell command; 200-600 lines for a sweep) and
+the host header are left out (`brief_dry_run`); `-np` (printshellcmds on
+the command line) shows them, as Snakemake does. A real run keeps them, and
+with them the failed jobs' logs (show-failed-logs), which Snakemake's own
+`--quiet rules` would drop too, so the profiles cannot set it."""
 
 from __future__ import annotations
 
+import logging
 import os
+import re
 from pathlib import Path
 
 from workflow.scripts.common.errors import UserError
@@ -36,3 +45,32 @@ def run_line(name: str, run: dict, results: str, cluster: str | None, base: Path
     return (f"cpuddp run {name}: {where(dist, base)}, {dist['processes_per_node']} rank(s) per node, {threads}, "
             f"backend {dist['backend']}, MPI {dist['mpi']}, precision {PRECISION[run['train']['precision']]}; "
             f"machines from {machines}; results in {results}/{name}/")
+
+
+def experiment_line(experiment: str, runs: int, results: str) -> str:
+    return f"cpuddp experiment {experiment}: {runs} run(s); summary in {results}/summary.json"
+
+
+# The events of a job's block, and the header's quietness (snakemake.logging).
+JOB_BLOCK_EVENTS = {"job_info", "group_info", "shellcmd"}
+HEADER = "HOST"
+
+
+def given(argv: list[str], short: str, *long: str) -> bool:
+    """A flag on the command line, long or among short flags (-np)."""
+    return any(w in long or re.fullmatch(f"-[a-zA-Z]*{short}[a-zA-Z]*", w) for w in argv)
+
+
+def keep_record(record: logging.LogRecord) -> bool:
+    """False for a job's block and the header, which a dry run leaves out."""
+    event = getattr(getattr(record, "event", None), "value", None)
+    quietness = getattr(getattr(record, "quietness", None), "name", None)
+    return event not in JOB_BLOCK_EVENTS and quietness != HEADER
+
+
+def brief_dry_run(argv: list[str], logger: logging.Logger) -> bool:
+    """In a dry run without -p, leave the jobs' blocks out of Snakemake's logger."""
+    if not given(argv, "n", "--dry-run", "--dryrun") or given(argv, "p", "--printshellcmds"):
+        return False
+    logger.addFilter(keep_record)
+    return True
