@@ -32,7 +32,7 @@ def cluster(measurements, native: bool = True) -> list[tuple[str, dict]]:
 
 def test_six_noisy_timings_of_one_cpu_agree_on_bf16():
     chosen, why = precision.decide("auto", cluster(EPYC))
-    assert chosen == "bf16"
+    assert chosen == "bf16_master"  # bf16 weights with fp32 masters (train/master.py)
     assert "slowest node, node-0" in why and "1.88x" in why and "1.10x" in why
 
 
@@ -52,7 +52,7 @@ def test_nodes_within_the_margin_choose_the_same():
     named = [("a", node(100.0, 105.0)), ("b", node(100.0, 97.0))]
     assert precision.decide("auto", named)[0] == "fp32"
     assert precision.decide("auto", named[:1])[0] == "fp32"  # even alone: 1.05x is within the margin
-    assert precision.decide("auto", [("c", node(100.0, 110.0))])[0] == "bf16"  # exactly the margin
+    assert precision.decide("auto", [("c", node(100.0, 110.0))])[0] == "bf16_master"  # exactly the margin
 
 
 def test_a_node_without_native_bf16_keeps_everyone_on_fp32():
@@ -82,3 +82,18 @@ def test_check_passes_nodes_that_chose_apart_and_records_one_precision(first_cho
     info = describe.combine(config, named, None)
     assert info["precision"] == "fp32" and "xeon-02" in info["precision_reason"]
     assert [n["matmul"]["bf16_gflops"] for n in info["node_reports"]] == [104.0, 98.0]
+
+
+def test_ipex_and_bf16_master_do_not_share_a_model():
+    """IPEX optimizes fp32 weights and their optimizer: with IPEX in use auto
+    takes bf16 autocast; bf16_master by name turns IPEX auto off and is
+    refused beside train.ipex: true."""
+    from workflow.scripts.common.errors import UserError
+
+    chosen, why = precision.decide("auto", cluster(EPYC))
+    assert precision.beside_ipex(chosen, why, True, "auto", "auto")[:3] == ("bf16", why + "; bf16, not "
+                                                                             "bf16_master, beside IPEX", True)
+    assert precision.beside_ipex("bf16_master", "requested", True, "bf16_master", "auto")[2] is False
+    with pytest.raises(UserError, match="bf16_master and train.ipex true"):
+        precision.beside_ipex("bf16_master", "requested", True, "bf16_master", True)
+    assert precision.beside_ipex(chosen, why, False, "auto", "auto") == (chosen, why, False, "")

@@ -36,3 +36,21 @@ def decide(requested: str, nodes: list[tuple[str, dict]]) -> tuple[str, str]:
         return AUTO_BF16, f"auto: bf16 matmul measured {ratio:.2f}x fp32 {where} (bf16 needs {1 + MARGIN:.2f}x)"
     return "fp32", (f"auto: bf16 matmul measured only {ratio:.2f}x fp32 {where}; bf16 needs "
                     f"{1 + MARGIN:.2f}x on every node, so fp32")
+
+
+def beside_ipex(precision: str, why: str, ipex: bool, requested: str, ipex_requested) -> tuple[str, str, bool, str]:
+    """(precision, why, ipex, ipex's why): IPEX optimizes the model and its
+    optimizer for autocast's fp32 weights, so it does not run beside
+    bf16_master's bf16 weights and fp32 masters. With IPEX in use, auto
+    takes bf16; bf16_master asked for by name turns IPEX off, or is refused
+    where IPEX is required."""
+    if precision != "bf16_master" or not ipex:
+        return precision, why, ipex, ""
+    if requested == "auto":
+        return "bf16", why.replace("bf16_master", "bf16") + "; bf16, not bf16_master, beside IPEX", ipex, ""
+    if ipex_requested is True:
+        from workflow.scripts.common.errors import UserError
+
+        raise UserError("train.precision bf16_master and train.ipex true cannot go together (IPEX optimizes "
+                        "fp32 weights); set train.ipex: auto or false, or train.precision: bf16")
+    return precision, why, False, "off: bf16_master keeps its own fp32 masters, which IPEX's optimizer would replace"

@@ -169,10 +169,15 @@ def combine(config, named: list[tuple[str, dict]], mpi: dict) -> dict:
     and the precision decided once from every node's measurement."""
     first = dict(named[0][1])
     ifnames = {r.get("gloo_ifname") for _, r in named}
-    precision, precision_why = precision_rule.decide(train_of(config).precision, named)
+    train = train_of(config)
+    precision, precision_why = precision_rule.decide(train.precision, named)
+    precision, precision_why, ipex, ipex_why = precision_rule.beside_ipex(
+        precision, precision_why, first.get("ipex", False), train.precision, train.ipex)
     first.update({
         "precision": precision,
         "precision_reason": precision_why,
+        "ipex": ipex,
+        "ipex_reason": ipex_why or first.get("ipex_reason"),
         "mpi": mpi,
         "revision": first["revision"],
         "threads_per_process": min(int(r["threads_per_process"]) for _, r in named),
