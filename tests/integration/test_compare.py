@@ -102,7 +102,8 @@ def test_compare_the_workflow_sweep_with_its_published_figures(sweep_run, tmp_pa
 def test_make_compare_calls_the_compare_step():
     done = subprocess.run(["make", "-n", "-C", str(REPO), "compare", "A=demo", "B=demo-sweep"],
                           capture_output=True, text=True, timeout=60)
-    assert "-m workflow.scripts.report.compare demo demo-sweep" in done.stdout, done.stdout + done.stderr
+    assert "-m workflow.scripts.report.compare --cluster-profile profiles/local demo demo-sweep" in done.stdout, \
+        done.stdout + done.stderr
 
 
 # ------------------------------------------------------- published: schema

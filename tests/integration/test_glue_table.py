@@ -75,6 +75,6 @@ def test_an_interrupted_sweep_trains_only_the_missing_runs(table_run):
     assert done.returncode == 0, done.stderr
     text = (results / "table.md").read_text()
     assert "n=1/2" in text and "1 runs have no result yet" in text
-    planned = snakemake(work, configfile, "--dry-run").stdout
+    planned = snakemake(work, configfile, "--dry-run", "--printshellcmds").stdout  # -p: every job's block
     trained = re.findall(r"rule train_ddp:\n(?:\s+\w+:.*\n)*?\s+output: (\S+)", planned)
     assert [Path(p.rstrip(",")).parent.name for p in trained] == ["rte-s2"], planned

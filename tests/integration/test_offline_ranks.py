@@ -13,7 +13,7 @@ import socket
 from pathlib import Path
 
 from helpers.workflow import snakemake, write_config
-from native_files import write_native
+from helpers.native_files import write_native
 from helpers.workflow import task_experiment as experiment
 
 HERE = Path(__file__).resolve().parent

@@ -176,7 +176,7 @@ def test_auto_threads_are_the_jobs_cpus_per_task(tmp_path):
     a --config on the command line keeps the profile's cluster. A dry run:
     the plan is what Slurm would be asked for."""
     argv = [str(BIN / "snakemake"), "--snakefile", str(REPO / "Snakefile"), "--directory", str(tmp_path),
-            "--profile", str(REPO / "profiles" / "slurm"), "-n", "--config", "train={epochs: 1}",
+            "--profile", str(REPO / "profiles" / "slurm"), "-np", "--config", "train={epochs: 1}",
             "--configfile", str(REPO / "experiments" / "demo-news.yaml")]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=REPO,
                           env={**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"})

@@ -16,6 +16,8 @@ def _scalar(schema: dict, text: str):
     if "string" in types or (schema.get("enum") and text in schema["enum"]):
         return text
     parsed = yaml.safe_load(text)
+    if isinstance(parsed, bool) and text.strip().lower() not in ("true", "false"):
+        return text  # YAML 1.1's yes/no/on/off: a quoted "yes" stays what it is, and the schema says so
     kinds = {"integer": int, "number": (int, float), "boolean": bool, "bool": bool, "null": type(None)}
     ok = any(isinstance(parsed, kinds[t]) and not (t in ("integer", "number") and isinstance(parsed, bool))
              for t in types if t in kinds)
