@@ -59,7 +59,7 @@ def lane(item) -> str:
 # status polls, timeouts, the other ranks), which a neighbour's work fills.
 LONGEST_FIRST = ("test_slurm.py", "test_self_healing.py", "test_fault_tolerance.py", "test_slurm_time_limit.py",
                  "test_multinode.py", "test_every_task.py",
-                 "test_glue_table.py",  # 96 s alone on 2 cores (load 0.7-1.0); 155 s under load 4-5
+                 "test_glue_table.py",  # 64 s alone on 2 cores (4 runs)
                  "test_packed_sweep.py")  # 58 s alone on 2 cores (load 1.2-2.5)
 
 
