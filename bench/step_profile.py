@@ -33,14 +33,10 @@ def step_function(model, precision: str, batch: dict):
     or bf16_master's bf16 encoder with fp32 masters: train/master.py)."""
     from workflow.scripts.train import master
 
-    if precision == "bf16_master":
-        master.to_bf16_encoder(model)
-        optimizer = master.MasterAdamW([{"params": list(model.parameters())}], lr=1e-5, fused=True)
-    else:
-        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=True)
+    optimizer, autocast = master.step_parts(model, precision)
 
     def step():
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
+        with autocast():
             loss = model(**batch).loss
         loss.backward()
         optimizer.step()

@@ -55,3 +55,13 @@ def one_rank(monkeypatch):
     from helpers.ranks import single_rank
 
     single_rank(monkeypatch)
+
+
+@pytest.fixture
+def mpi_path(monkeypatch):
+    """The Intel MPI installed in the venv, first on PATH."""
+    import os
+
+    from helpers.workflow import BIN
+
+    monkeypatch.setenv("PATH", f"{BIN}{os.pathsep}{os.environ['PATH']}")

@@ -14,16 +14,10 @@ import pytest
 from workflow.scripts.common import config as cfg
 from workflow.scripts.nodes import describe as environment
 from workflow.scripts.common import intel, oneccl
+from helpers.ipex import needs_ipex
+from helpers.messages import one_line
 from workflow.scripts.common.errors import UserError
 
-HAS_IPEX = intel.installed_versions()[intel.IPEX_MODULE] is not None
-needs_ipex = pytest.mark.skipif(not HAS_IPEX, reason="IPEX is not installed here: runs in `make test-intel`")
-
-
-def one_line(err) -> str:
-    message = str(err.value)
-    assert "\n" not in message
-    return message
 
 
 # ---------------------------------------------------------------- pairing

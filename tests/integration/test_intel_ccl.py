@@ -18,16 +18,9 @@ from helpers.workflow import snakemake, tiny_experiment, write_config
 from workflow.scripts.nodes import describe as environment
 from workflow.scripts.common import intel, oneccl
 from workflow.scripts.launch import command as launch
+from helpers.messages import one_line
 from workflow.scripts.common.errors import UserError
 
-HAS_IPEX = intel.installed_versions()[intel.IPEX_MODULE] is not None
-needs_ipex = pytest.mark.skipif(not HAS_IPEX, reason="IPEX is not installed here: runs in `make test-intel`")
-
-
-def one_line(err) -> str:
-    message = str(err.value)
-    assert "\n" not in message
-    return message
 
 
 # ---------------------------------------------------------------- ccl environment

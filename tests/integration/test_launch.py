@@ -22,12 +22,6 @@ MPICH = ("HYDRA build details:\n"
 OPENMPI = "mpirun (Open MPI) 4.1.4\n\nReport bugs to http://www.open-mpi.org/community/help/\n"
 
 
-@pytest.fixture
-def mpi_path(monkeypatch):
-    """The Intel MPI installed in the venv, first on PATH."""
-    monkeypatch.setenv("PATH", f"{BIN}{os.pathsep}{os.environ['PATH']}")
-
-
 # ---------------------------------------------------------------- flavours
 
 @pytest.mark.parametrize("text, flavour, version", [

@@ -3,7 +3,6 @@ launches through every MPI found here.
 """
 
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -15,25 +14,6 @@ from workflow.scripts.launch import __main__ as launch_cli
 from workflow.scripts.launch import command as launch
 from workflow.scripts.launch import hosts
 from workflow.scripts.common.errors import UserError
-
-BIN = Path(sys.executable).parent
-INTEL = "Intel(R) MPI Library for Linux* OS, Version 2021.17 Build 20251215 (id: 2ac2f63)\n" \
-        "Copyright 2003-2025, Intel Corporation.\n"
-MPICH = ("HYDRA build details:\n"
-         "    Version:                                 4.1.2\n"
-         "    Release Date:                            Wed Jun  7 15:22:45 CDT 2023\n"
-         "    CC:                              gcc\n"
-         "    Launchers available:                     ssh rsh fork slurm ll lsf sge manual persist\n")
-OPENMPI = "mpirun (Open MPI) 4.1.4\n\nReport bugs to http://www.open-mpi.org/community/help/\n"
-
-
-@pytest.fixture
-def mpi_path(monkeypatch):
-    """The Intel MPI installed in the venv, first on PATH."""
-    monkeypatch.setenv("PATH", f"{BIN}{os.pathsep}{os.environ['PATH']}")
-
-
-# ---------------------------------------------------------------- addresses and env
 
 def test_master_addr():
     assert launch.master_addr(None) == "127.0.0.1"

@@ -7,6 +7,8 @@ import json
 import datasets
 import pytest
 
+from helpers.messages import one_line
+
 from helpers.data_files import save, write
 
 from workflow.scripts.data import sources as ll
@@ -18,12 +20,6 @@ def tsv(*rows):
 
 
 # ------------------------------------------------------------------- errors
-
-def one_line(err):
-    message = str(err.value)
-    assert "\n" not in message
-    return message
-
 
 def test_wrong_columns_name_file_found_and_expected(tmp_path):
     path = save(tmp_path, "csv", [{"text": "a", "label": 0}])

@@ -40,10 +40,9 @@ class Levers:
 
 @dataclass(frozen=True)
 class Context:
-    """What an `auto` rule may look at: the run's layout and precision."""
+    """What an `auto` rule may look at: the run's layout."""
     nodes: int = 1
     compression: str = "none"
-    precision: str = "fp32"
 
 
 @dataclass(frozen=True)

@@ -129,7 +129,7 @@ def describe(config, launcher: bool = True) -> dict:
         "precision_reason": precision_why,
         "ipex": ipex,
         "ipex_reason": ipex_why,
-        **lever_record(train.speed, speed_levers.Context(dist.nodes, dist.gradient_compression, precision)),
+        **lever_record(train.speed, speed_levers.Context(dist.nodes, dist.gradient_compression)),
         "nodes": dist.nodes,
         "processes_per_node": dist.processes_per_node,
         "world_size": dist.nodes * dist.processes_per_node,

@@ -27,7 +27,6 @@ from workflow.scripts.common import config as cfg
 from workflow.scripts.common import hardware, profiles, step, tasks
 from workflow.scripts.common.atomic import read_json, write_json
 from workflow.scripts.common.errors import UserError
-from workflow.scripts.common.modeling import autocast_for
 from workflow.scripts.common.views import PlanView
 from workflow.scripts.nodes import describe
 from workflow.scripts.plan import compress_cost
@@ -127,20 +126,11 @@ def wait_for_parties(barrier: str | None, parties: int) -> None:
         time.sleep(0.05)
 
 
-def step_parts(model, precision: str):
-    """(optimizer, autocast factory) of a rank's step at `precision`; under
-    bf16_master the model becomes bf16 with fp32 masters (train/master.py)."""
-    if precision == "bf16_master":
-        master.to_bf16_encoder(model)
-        return master.MasterAdamW([{"params": list(model.parameters())}], lr=1e-5, fused=True), autocast_for("fp32")
-    return torch.optim.AdamW(model.parameters(), lr=1e-5, fused=True), autocast_for(precision)
-
-
 def measure(model, batch: dict, steps: int, warmup: int, precision: str, barrier=None, parties: int = 1) -> dict:
     """Median times over `steps` steps after `warmup`, on a one-rank group."""
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     try:
-        optimizer, autocast = step_parts(model, precision)
+        optimizer, autocast = master.step_parts(model, precision)
         ddp = DDP(model, gradient_as_bucket_view=True)
         ready = ReadyTimes(model)
         wait_for_parties(barrier, parties)

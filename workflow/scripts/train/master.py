@@ -37,6 +37,18 @@ def to_bf16_encoder(model) -> list[str]:
     return head
 
 
+def step_parts(model, precision: str, lr: float = 1e-5):
+    """(optimizer, autocast factory) of a one-group step at `precision`, as a
+    rank takes it (for the plan's profile and the bench's): under
+    bf16_master the model becomes a bf16 encoder with fp32 masters."""
+    from workflow.scripts.common.modeling import autocast_for
+
+    if precision == "bf16_master":
+        to_bf16_encoder(model)
+        return MasterAdamW([{"params": list(model.parameters())}], lr=lr, fused=True), autocast_for("fp32")
+    return torch.optim.AdamW(model.parameters(), lr=lr, fused=True), autocast_for(precision)
+
+
 def _widen_inputs(module, args):
     return tuple(a.float() if torch.is_tensor(a) and a.is_floating_point() else a for a in args)
 
