@@ -19,8 +19,9 @@ from pathlib import Path
 from workflow.scripts.common.errors import UserError
 from workflow.scripts.common.hostfile import read_hostfile
 
-PRECISION = {"auto": "auto (bf16 only where the nodes have native bf16 and it measures faster)",
-             "fp32": "fp32", "bf16": "bf16 (refused on CPUs without native bf16)"}
+PRECISION = {"auto": "auto (bf16_master only where the nodes have native bf16 and it measures faster)",
+             "fp32": "fp32", "bf16": "bf16 (refused on CPUs without native bf16)",
+             "bf16_master": "bf16_master (refused on CPUs without native bf16)"}
 
 
 def where(dist: dict, base: Path = Path(".")) -> str:
