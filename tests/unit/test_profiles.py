@@ -99,6 +99,12 @@ def test_the_run_line_says_where_and_how(tmp_path):
         assert part in line
 
 
+def test_the_run_line_names_every_precision_the_schema_takes():
+    for precision in cfg.load_schema()["properties"]["train"]["properties"]["precision"]["enum"]:
+        config = cfg.validate({"task": "qnli", "model": "m", "train": {"precision": precision}})
+        assert f"precision {precision}" in run_line("default", config, "results/qnli", None)
+
+
 @pytest.mark.parametrize("argv, brief", [(["snakemake", "-n"], True), (["snakemake", "--dry-run", "-j", "4"], True),
                                          (["snakemake", "-np"], False), (["snakemake", "-n", "-p"], False),
                                          (["snakemake", "--profile", "profiles/xeon"], False)])
