@@ -102,15 +102,36 @@ def test_fast_eager_attention_is_berts_with_the_same_draws():
     assert torch.equal(model(**batch).logits, reference(**batch).logits)
 
 
+@pytest.mark.parametrize("dtype, tolerance", [(torch.float32, 1e-6), (torch.bfloat16, 2e-2)])
+def test_fp32_softmax_gives_the_eager_logits_within_rounding(dtype, tolerance):
+    """train.speed.softmax fp32: scores scaled and masked by one op, softmax
+    in fp32 rounded once: eager BERT's logits within the dtype's rounding."""
+    model, reference = _tiny("Bert", "eager").to(dtype), _tiny("Bert", "eager").to(dtype)
+    assert dropout_lever.set_softmax_fp32(model).startswith("the attention is not cpuddp's")
+    dropout_lever.fast_dropout_modules(model)
+    assert dropout_lever.set_softmax_fp32(model) is None
+    batch = {"input_ids": torch.randint(1, 100, (3, 11)), "attention_mask": torch.ones(3, 11, dtype=torch.long)}
+    batch["attention_mask"][0, 4:] = 0
+    model.eval(), reference.eval()
+    got, want = model(**batch).logits.float(), reference(**batch).logits.float()
+    assert torch.allclose(got, want, atol=tolerance, rtol=tolerance)
+
+
+def test_ddp_broadcasts_buffers_only_where_one_changes():
+    assert not speed.buffers_change(_tiny("Bert", "eager"))  # position ids: constants
+    assert speed.buffers_change(torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.BatchNorm1d(4)))
+    assert not speed.buffers_change(torch.nn.BatchNorm1d(4, track_running_stats=False))
+
+
 def test_auto_picks_by_the_stated_rule_and_settings_win():
     chosen, why = levers.choose(levers.Levers())
-    assert chosen == levers.Levers("fast", 16, "eager", "rows", "first_token", "reuse")
+    assert chosen == levers.Levers("fast", 16, "eager", "rows", "first_token", "reuse", "fp32")
     assert "auto" in why["dropout"]
     across, why = levers.choose(None, levers.Context(nodes=3))  # the plan models the dense all-reduce across nodes
     assert across.embedding_allreduce == "dense" and "plan" in why["embedding_allreduce"]
     assert levers.choose({"embedding_allreduce": "rows"}, levers.Context(nodes=3))[0].embedding_allreduce == "rows"
     assert levers.choose({}, levers.Context(compression="bf16"))[0].embedding_allreduce == "dense"
-    assert levers.choose(levers.all_off())[0] == levers.Levers("torch", 32, "sdpa", "dense", "all", "torch")
+    assert levers.choose(levers.all_off())[0] == levers.Levers("torch", 32, "sdpa", "dense", "all", "torch", "torch")
     exact = levers.exact_only()  # the reference of the accuracy judge: inexact levers off, the rest auto
     assert exact.dropout_bits == 32 and exact.dropout == "auto" and levers.choose(exact)[0].dropout == "fast"
     with pytest.raises(ValueError, match="unknown lever"):

@@ -33,8 +33,18 @@ step, not what it computes:
   unmaps it), and faulting them in cost more than the rest of the
   embedding's backward. The gradient is torch's, bit for bit.
 
-And one that needs no setting: gradient clipping skips its multiply when
-the total norm is within `max_grad_norm` (the factor is then exactly 1).
+- softmax `fp32`: in cpuddp's eager attention (dropout `fast`, attention
+  `eager`) the scores are scaled and masked by one op (mask + scale x
+  scores) and their softmax is computed in fp32 and rounded once to the
+  scores' dtype: in bf16 faster than the bf16 softmax kernel, which also
+  rounds its input first. Not bit for bit: judged by accuracy over seeds.
+
+And two that need no setting: gradient clipping skips its multiply when
+the total norm is within `max_grad_norm` (the factor is then exactly 1);
+DDP broadcasts the model's buffers before every forward only when some
+buffer changes in training (`buffers_change`): a transformer's buffers
+(position ids) are constants, and the broadcast is a collective every
+rank waits on each step.
 """
 
 from __future__ import annotations
@@ -46,7 +56,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.utils import clip_grads_with_norm_, get_total_norm
 
-from workflow.scripts.train.dropout import fast_dropout_modules, set_dropout_bits
+from workflow.scripts.train.dropout import fast_dropout_modules, set_dropout_bits, set_softmax_fp32
 
 # Heads that read only the first token of the last hidden state, on
 # encoders whose layers are BERT's (attention.self.query ... output.dense).
@@ -183,6 +193,13 @@ def clip_gradients(parameters, max_norm: float) -> torch.Tensor:
     return total
 
 
+def buffers_change(model) -> bool:
+    """Whether a buffer of `model` changes in training (batch norm's running
+    statistics), so that DDP must broadcast rank 0's before each forward."""
+    return any(isinstance(m, torch.nn.modules.batchnorm._NormBase) and m.track_running_stats
+               for m in model.modules())
+
+
 @dataclass
 class Parts:
     """What the levers act on besides the model, and what they hand on."""
@@ -216,6 +233,10 @@ def _embedding_grad(model, value: str, parts: Parts) -> str | None:
     return reuse_embedding_grad(model, parts.pool)
 
 
+def _softmax(model, value: str, parts: Parts) -> str | None:
+    return set_softmax_fp32(model)
+
+
 def _embedding_allreduce(model, value: str, parts: Parts) -> str | None:
     parts.rows_of = model.get_input_embeddings().weight
     return None
@@ -224,9 +245,9 @@ def _embedding_allreduce(model, value: str, parts: Parts) -> str | None:
 # The function that puts each lever in place when its value is not the
 # rule's `off` (common/levers.py), in this order (attention before dropout,
 # which swaps the attention's implementation for its own; dropout before
-# the width of its draws).
+# the width of its draws and the softmax of its attention).
 APPLY = {"attention": _attention, "dropout": _dropout, "dropout_bits": _dropout_bits, "last_layer": _last_layer,
-         "embedding_grad": _embedding_grad, "embedding_allreduce": _embedding_allreduce}
+         "embedding_grad": _embedding_grad, "embedding_allreduce": _embedding_allreduce, "softmax": _softmax}
 
 
 def apply(model, chosen, parts: Parts | None = None) -> tuple[Parts, dict[str, str]]:
