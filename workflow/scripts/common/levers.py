@@ -23,6 +23,7 @@ class Levers:
     embedding_allreduce: str = "auto"
     last_layer: str = "auto"
     embedding_grad: str = "auto"
+    padding: str = "auto"
 
     @classmethod
     def of(cls, value: dict | Levers | None) -> Levers:
@@ -90,6 +91,11 @@ RULES: dict[str, Rule] = {
     "embedding_grad": Rule("torch", _always("reuse", "a table kept across steps, zeroing the rows last touched, "
                                                      "instead of a new one faulting in fresh pages every step "
                                                      "(the same gradient, on every CPU)")),
+    "padding": Rule("keep", _always("drop", "the encoder layers compute on the real tokens only, packed "
+                                            "(BERT-style classification and QA models; the same outputs at real "
+                                            "positions up to rounding, judged by accuracy over seeds); keep for "
+                                            "other models"),
+                    exact=False),
 }
 
 
