@@ -13,6 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from helpers.tiny_encoders import logits_and_grads, tiny
 from workflow.scripts.common import levers
 from workflow.scripts.train import dropout as dropout_lever
 from workflow.scripts.train import speed
@@ -60,7 +61,7 @@ def test_eval_and_p_zero_pass_through():
 
 
 def test_fast_dropout_is_put_in_per_model_not_per_process():
-    model, other = _tiny("Bert", "eager"), _tiny("Bert", "eager")
+    model, other = tiny("Bert", "eager"), tiny("Bert", "eager")
     assert dropout_lever.fast_dropout_modules(model) is None
     assert F.dropout is torch.nn.functional.dropout and not hasattr(F.dropout, "__self__")
     assert not any(type(m) is torch.nn.Dropout for m in model.modules())
@@ -84,7 +85,7 @@ def test_narrow_draws_drop_with_p_rounded_to_their_width(bits):
 
 
 def test_dropout_bits_reach_the_modules_and_the_attention():
-    model = _tiny("Bert", "eager")
+    model = tiny("Bert", "eager")
     assert dropout_lever.set_dropout_bits(model, 16) == "dropout is torch's (train.speed.dropout)"
     dropout_lever.fast_dropout_modules(model)
     assert dropout_lever.set_dropout_bits(model, 16) is None
@@ -94,7 +95,7 @@ def test_dropout_bits_reach_the_modules_and_the_attention():
 
 def test_fast_eager_attention_is_berts_with_the_same_draws():
     """Dropout off (eval), the fast eager attention gives BERT's eager logits."""
-    model, reference = _tiny("Bert", "eager"), _tiny("Bert", "eager")
+    model, reference = tiny("Bert", "eager"), tiny("Bert", "eager")
     dropout_lever.fast_dropout_modules(model)
     batch = {"input_ids": torch.randint(1, 100, (2, 9)), "attention_mask": torch.ones(2, 9, dtype=torch.long)}
     batch["attention_mask"][1, 6:] = 0
@@ -106,7 +107,7 @@ def test_fast_eager_attention_is_berts_with_the_same_draws():
 def test_fp32_softmax_gives_the_eager_logits_within_rounding(dtype, tolerance):
     """train.speed.softmax fp32: scores scaled and masked by one op, softmax
     in fp32 rounded once: eager BERT's logits within the dtype's rounding."""
-    model, reference = _tiny("Bert", "eager").to(dtype), _tiny("Bert", "eager").to(dtype)
+    model, reference = tiny("Bert", "eager").to(dtype), tiny("Bert", "eager").to(dtype)
     assert dropout_lever.set_softmax_fp32(model).startswith("the attention is not cpuddp's")
     dropout_lever.fast_dropout_modules(model)
     assert dropout_lever.set_softmax_fp32(model) is None
@@ -118,20 +119,20 @@ def test_fp32_softmax_gives_the_eager_logits_within_rounding(dtype, tolerance):
 
 
 def test_ddp_broadcasts_buffers_only_where_one_changes():
-    assert not speed.buffers_change(_tiny("Bert", "eager"))  # position ids: constants
+    assert not speed.buffers_change(tiny("Bert", "eager"))  # position ids: constants
     assert speed.buffers_change(torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.BatchNorm1d(4)))
     assert not speed.buffers_change(torch.nn.BatchNorm1d(4, track_running_stats=False))
 
 
 def test_auto_picks_by_the_stated_rule_and_settings_win():
     chosen, why = levers.choose(levers.Levers())
-    assert chosen == levers.Levers("fast", 16, "eager", "rows", "first_token", "reuse", "fp32")
+    assert chosen == levers.Levers("fast", 16, "eager", "rows", "first_token", "reuse", "fp32", "drop")
     assert "auto" in why["dropout"]
     across, why = levers.choose(None, levers.Context(nodes=3))  # the plan models the dense all-reduce across nodes
     assert across.embedding_allreduce == "dense" and "plan" in why["embedding_allreduce"]
     assert levers.choose({"embedding_allreduce": "rows"}, levers.Context(nodes=3))[0].embedding_allreduce == "rows"
     assert levers.choose({}, levers.Context(compression="bf16"))[0].embedding_allreduce == "dense"
-    assert levers.choose(levers.all_off())[0] == levers.Levers("torch", 32, "sdpa", "dense", "all", "torch", "torch")
+    assert levers.choose(levers.all_off())[0] == levers.Levers("torch", 32, "sdpa", "dense", "all", "torch", "torch", "keep")
     exact = levers.exact_only()  # the reference of the accuracy judge: inexact levers off, the rest auto
     assert exact.dropout_bits == 32 and exact.dropout == "auto" and levers.choose(exact)[0].dropout == "fast"
     with pytest.raises(ValueError, match="unknown lever"):
@@ -154,33 +155,16 @@ def test_one_path_per_lever_schema_rules_and_apply_agree():
 
 
 def test_apply_says_per_lever_on_or_why_not():
-    model = _tiny("Bert", "sdpa")
+    model = tiny("Bert", "sdpa")
     chosen, _ = levers.choose(levers.Levers())
     parts, status = speed.apply(model, chosen, speed.Parts(is_qa=False))
     assert all(state.startswith("on") for state in status.values()), status
     assert parts.rows_of is model.get_input_embeddings().weight
-    _, status = speed.apply(_tiny("Bert", "sdpa"), chosen, speed.Parts(is_qa=True, ipex=True))
+    _, status = speed.apply(tiny("Bert", "sdpa"), chosen, speed.Parts(is_qa=True, ipex=True))
     assert status["last_layer"].startswith("off: question answering")
     assert status["embedding_grad"] == "off: IPEX optimizes the model"
-    _, status = speed.apply(_tiny("Bert", "sdpa"), levers.all_off())
+    _, status = speed.apply(tiny("Bert", "sdpa"), levers.all_off())
     assert all(state.startswith("off (") for state in status.values())
-
-
-def _tiny(kind: str, attention: str):
-    import transformers
-
-    config = getattr(transformers, f"{kind}Config")(
-        vocab_size=100, hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=64,
-        max_position_embeddings=40, pad_token_id=0, num_labels=3, attn_implementation=attention)
-    torch.manual_seed(0)
-    return getattr(transformers, f"{kind}ForSequenceClassification")(config)
-
-
-def _logits_and_grads(model, batch):
-    model.zero_grad()
-    out = model(**batch)
-    out.loss.backward()
-    return out.logits.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
 
 @pytest.mark.parametrize("kind", ["Bert", "Roberta", "Electra"])
@@ -193,10 +177,10 @@ def test_first_token_last_layer_gives_the_same_logits_and_gradients(kind, attent
              "labels": torch.tensor([0, 1, 2, 1])}
     batch["attention_mask"][1, 7:] = 0  # padding, so the mask matters
     batch["attention_mask"][3, 2:] = 0
-    model = _tiny(kind, attention).eval()  # eval: no dropout, so both paths compute the same
-    want_logits, want_grads = _logits_and_grads(model, batch)
+    model = tiny(kind, attention).eval()  # eval: no dropout, so both paths compute the same
+    want_logits, want_grads = logits_and_grads(model, batch)
     assert speed.first_token_last_layer(model) is None
-    logits, grads = _logits_and_grads(model, batch)
+    logits, grads = logits_and_grads(model, batch)
     torch.testing.assert_close(logits, want_logits, rtol=1e-5, atol=1e-6)
     assert grads.keys() == want_grads.keys()
     last = f"encoder.layer.{model.config.num_hidden_layers - 1}."
@@ -206,7 +190,7 @@ def test_first_token_last_layer_gives_the_same_logits_and_gradients(kind, attent
 
 
 def test_first_token_last_layer_trains_with_dropout_and_leaves_other_heads():
-    model = _tiny("Bert", "eager").train()
+    model = tiny("Bert", "eager").train()
     speed.first_token_last_layer(model)
     out = model(input_ids=torch.randint(3, 100, (2, 10)), labels=torch.tensor([0, 2]))
     out.loss.backward()

@@ -24,6 +24,7 @@ class Levers:
     last_layer: str = "auto"
     embedding_grad: str = "auto"
     softmax: str = "auto"
+    padding: str = "auto"
 
     @classmethod
     def of(cls, value: dict | Levers | None) -> Levers:
@@ -96,6 +97,11 @@ RULES: dict[str, Rule] = {
                                              "faster; within one std of the exact path's accuracy over seeds "
                                              "(docs/performance.md)"),
                     needs=(("dropout", "fast"), ("attention", "eager")), exact=False),
+    "padding": Rule("keep", _always("drop", "the encoder layers compute on the real tokens only, packed "
+                                            "(BERT-style classification and QA models; the same outputs at real "
+                                            "positions up to rounding, judged by accuracy over seeds); keep for "
+                                            "other models"),
+                    exact=False),
 }
 
 

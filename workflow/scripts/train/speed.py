@@ -26,6 +26,11 @@ step, not what it computes:
   every weight gets the same gradient; the step does about 1/layers less
   work. Fewer dropout masks are drawn, so a seed gives other (equally
   likely) masks than with `all`.
+- padding `drop`: every encoder layer computes on the real tokens only,
+  packed as [tokens, hidden]; only the attention scores see the padded
+  layout (train/unpad.py). The same outputs at real positions and the
+  same gradients, not bit for bit (a QA loss also reads the padded
+  positions, here the head's bias): judged by accuracy over seeds.
 - embedding_grad `reuse`: the word embedding's gradient is written into a
   buffer kept from step to step, zeroing only the rows the last step
   touched, instead of a new zeroed table every step: a table over 32 MB
@@ -57,6 +62,7 @@ import torch.nn.functional as F
 from torch.nn.utils import clip_grads_with_norm_, get_total_norm
 
 from workflow.scripts.train.dropout import fast_dropout_modules, set_dropout_bits, set_softmax_fp32
+from workflow.scripts.train.unpad import has_path, unpad_encoder
 
 # Heads that read only the first token of the last hidden state, on
 # encoders whose layers are BERT's (attention.self.query ... output.dense).
@@ -77,19 +83,12 @@ def first_token_last_layer(model) -> str | None:
     layer = getattr(model, model.base_model_prefix).encoder.layer[-1]
     parts = ("attention.self.query", "attention.self.key", "attention.self.value", "attention.self.scaling",
              "attention.self.attention_head_size", "attention.self.dropout", "attention.output", "feed_forward_chunk")
-    missing = [p for p in parts if not _has_path(layer, p)]
+    missing = [p for p in parts if not has_path(layer, p)]
     if missing:  # another transformers version laid the layer out otherwise
         return f"{type(layer).__name__} has no {', '.join(missing)}"
     layer.forward = types.MethodType(_first_token_forward, layer)
+    layer.first_token_only = True  # read by the padding lever (train/unpad.py)
     return None
-
-
-def _has_path(obj, path: str) -> bool:
-    for name in path.split("."):
-        if not hasattr(obj, name):
-            return False
-        obj = getattr(obj, name)
-    return True
 
 
 def _first_token_forward(layer, hidden_states, attention_mask=None, *args, **kwargs):
@@ -227,6 +226,10 @@ def _last_layer(model, value: str, parts: Parts) -> str | None:
     return "question answering reads every token" if parts.is_qa else first_token_last_layer(model)
 
 
+def _padding(model, value: str, parts: Parts) -> str | None:
+    return unpad_encoder(model)
+
+
 def _embedding_grad(model, value: str, parts: Parts) -> str | None:
     if parts.ipex:  # IPEX replaces modules: its embedding is left as it is
         return "IPEX optimizes the model"
@@ -247,7 +250,8 @@ def _embedding_allreduce(model, value: str, parts: Parts) -> str | None:
 # which swaps the attention's implementation for its own; dropout before
 # the width of its draws and the softmax of its attention).
 APPLY = {"attention": _attention, "dropout": _dropout, "dropout_bits": _dropout_bits, "last_layer": _last_layer,
-         "embedding_grad": _embedding_grad, "embedding_allreduce": _embedding_allreduce, "softmax": _softmax}
+         "padding": _padding, "embedding_grad": _embedding_grad, "embedding_allreduce": _embedding_allreduce,
+         "softmax": _softmax}
 
 
 def apply(model, chosen, parts: Parts | None = None) -> tuple[Parts, dict[str, str]]:
