@@ -126,13 +126,13 @@ def test_ddp_broadcasts_buffers_only_where_one_changes():
 
 def test_auto_picks_by_the_stated_rule_and_settings_win():
     chosen, why = levers.choose(levers.Levers())
-    assert chosen == levers.Levers("fast", 16, "eager", "rows", "first_token", "reuse", "fp32", "drop")
+    assert chosen == levers.Levers("fast", 16, "eager", "rows", "first_token", "reuse", "fp32", "drop", "shm")
     assert "auto" in why["dropout"]
     across, why = levers.choose(None, levers.Context(nodes=3))  # the plan models the dense all-reduce across nodes
     assert across.embedding_allreduce == "dense" and "plan" in why["embedding_allreduce"]
     assert levers.choose({"embedding_allreduce": "rows"}, levers.Context(nodes=3))[0].embedding_allreduce == "rows"
     assert levers.choose({}, levers.Context(compression="bf16"))[0].embedding_allreduce == "dense"
-    off = levers.Levers("torch", 32, "sdpa", "dense", "all", "torch", "torch", "keep")
+    off = levers.Levers("torch", 32, "sdpa", "dense", "all", "torch", "torch", "keep", "backend")
     assert levers.choose(levers.all_off())[0] == off
     exact = levers.exact_only()  # the reference of the accuracy judge: inexact levers off, the rest auto
     assert exact.dropout_bits == 32 and exact.dropout == "auto" and levers.choose(exact)[0].dropout == "fast"
@@ -159,6 +159,7 @@ def test_apply_says_per_lever_on_or_why_not():
     model = tiny("Bert", "sdpa")
     chosen, _ = levers.choose(levers.Levers())
     parts, status = speed.apply(model, chosen, speed.Parts(is_qa=False))
+    assert status.pop("allreduce") == "off: no process group"  # tests/integration/test_node_allreduce.py
     assert all(state.startswith("on") for state in status.values()), status
     assert parts.rows_of is model.get_input_embeddings().weight
     _, status = speed.apply(tiny("Bert", "sdpa"), chosen, speed.Parts(is_qa=True, ipex=True))

@@ -25,6 +25,7 @@ class Levers:
     embedding_grad: str = "auto"
     softmax: str = "auto"
     padding: str = "auto"
+    allreduce: str = "auto"
 
     @classmethod
     def of(cls, value: dict | Levers | None) -> Levers:
@@ -77,6 +78,15 @@ def _embedding_allreduce(context: Context) -> tuple[str, str]:
                     "bit for bit, and measured faster)")
 
 
+def _allreduce(context: Context) -> tuple[str, str]:
+    if context.nodes > 1:
+        return "backend", "auto: ranks on several nodes all-reduce through the backend"
+    if context.compression != "none":
+        return "backend", f"auto: gradient_compression {context.compression} compresses through the backend"
+    return "shm", ("auto: ranks on one node add their gradients through shared memory (the same sum; gloo's TCP "
+                   "loopback cost 20 ms of each rank's CPU per 22 MB, AMD EPYC)")
+
+
 RULES: dict[str, Rule] = {
     "dropout": Rule("torch", _always("fast", "32-bit draws are faster than bernoulli_ on every CPU measured")),
     "dropout_bits": Rule(32, _always(16, "16-bit draws, four per 64-bit draw, about twice as fast as 32-bit "
@@ -102,6 +112,7 @@ RULES: dict[str, Rule] = {
                                             "positions up to rounding, judged by accuracy over seeds); keep for "
                                             "other models"),
                     exact=False),
+    "allreduce": Rule("backend", _allreduce),
 }
 
 

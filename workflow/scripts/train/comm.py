@@ -37,7 +37,7 @@ def reducer(compression: str):
     return hooks[compression], None
 
 
-def allreduce_rows(bucket, table: torch.nn.Parameter, sent: list[int], touched=None):
+def allreduce_rows(bucket, table: torch.nn.Parameter, sent: list[int], touched=None, reduce=dist.all_reduce):
     """The bucket holding the word embedding, all-reduced as the default hook
     does (divide by the world size, then sum) but sending of the embedding's
     gradient only the rows some rank touched: a batch uses a few hundred of
@@ -45,7 +45,8 @@ def allreduce_rows(bucket, table: torch.nn.Parameter, sent: list[int], touched=N
     the result is the dense one, bit for bit. Two small all-gathers (the row
     counts, then the rows) come first; the embedding's bucket is the last one
     backward fills, so waiting for them here hides no compute. `touched`
-    (a speed.GradPool) knows this rank's rows without reading the table."""
+    (a speed.GradPool) knows this rank's rows without reading the table;
+    `reduce` sums the packed rows (the node's shared memory, or the backend)."""
     world = dist.get_world_size()
     grads = bucket.gradients()
     at = next(i for i, p in enumerate(bucket.parameters()) if p is table)
@@ -54,13 +55,17 @@ def allreduce_rows(bucket, table: torch.nn.Parameter, sent: list[int], touched=N
     dense = [g for i, g in enumerate(grads) if i != at]
     parts = [grads[at][rows], *dense]
     packed = _flatten_dense_tensors(parts).div_(world)
-    dist.all_reduce(packed)
+    reduce(packed)
     table_rows, *reduced = _unflatten_dense_tensors(packed, parts)
     grads[at].index_copy_(0, rows, table_rows)
     for grad, value in zip(dense, reduced):
         grad.copy_(value)
+    return _done(bucket.buffer())
+
+
+def _done(value: torch.Tensor) -> torch.futures.Future:
     done = torch.futures.Future()
-    done.set_result(bucket.buffer())
+    done.set_result(value)
     return done
 
 
@@ -106,8 +111,11 @@ class CommTimer:
     """DDP comm hook state that reduces buckets and measures the wait."""
 
     def __init__(self, compression: str = "none", warmup: int = 2, rows_of: torch.nn.Parameter | None = None,
-                 touched=None):
+                 touched=None, node=None):
         self.inner, self.inner_state = reducer(compression)
+        # The node's shared-memory all-reduce (train/node_allreduce.py), or
+        # None: the backend's (and every compressed bucket goes that way).
+        self.node = node if compression == "none" else None
         # The word embedding whose gradient goes as its touched rows
         # (allreduce_rows); None = every bucket dense.
         self.rows_of = rows_of if compression == "none" else None
@@ -138,7 +146,10 @@ class CommTimer:
         state.last_ready = ready = time.perf_counter()
         state.buckets += 1
         if state.rows_of is not None and any(p is state.rows_of for p in bucket.parameters()):
-            future = allreduce_rows(bucket, state.rows_of, state.rows_sent, state.touched)
+            future = allreduce_rows(bucket, state.rows_of, state.rows_sent, state.touched,
+                                    state.node.all_reduce if state.node else dist.all_reduce)
+        elif state.node is not None:  # as the default hook: divide by the world size, then sum
+            future = _done(state.node.all_reduce(bucket.buffer().div_(dist.get_world_size())))
         else:
             future = state.inner(state.inner_state, bucket)
         if not state.timing:

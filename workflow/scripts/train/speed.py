@@ -44,6 +44,11 @@ step, not what it computes:
   scores' dtype: in bf16 faster than the bf16 softmax kernel, which also
   rounds its input first. Not bit for bit: judged by accuracy over seeds.
 
+- allreduce `shm`: ranks that share one node sum their gradients through
+  shared memory instead of the backend's transport (gloo: TCP over
+  loopback); every rank adds in rank order, so weights stay equal, and two
+  ranks get gloo's sum bit for bit (train/node_allreduce.py).
+
 And two that need no setting: gradient clipping skips its multiply when
 the total norm is within `max_grad_norm` (the factor is then exactly 1);
 DDP broadcasts the model's buffers before every forward only when some
@@ -62,6 +67,7 @@ import torch.nn.functional as F
 from torch.nn.utils import clip_grads_with_norm_, get_total_norm
 
 from workflow.scripts.train.dropout import fast_dropout_modules, set_dropout_bits, set_softmax_fp32
+from workflow.scripts.train import node_allreduce
 from workflow.scripts.train.unpad import has_path, unpad_encoder
 
 # Heads that read only the first token of the last hidden state, on
@@ -207,6 +213,10 @@ class Parts:
     pool: GradPool = field(default_factory=lambda: GradPool())
     rows_of: torch.Tensor | None = None
     """The word embedding whose touched rows alone are all-reduced (comm.py)."""
+    backend: str = "gloo"
+    timeout_s: float = 600.0
+    node: object = None
+    """The node's shared-memory all-reduce (train/node_allreduce.py), for comm.py."""
 
 
 def _attention(model, value: str, parts: Parts) -> str | None:
@@ -240,6 +250,13 @@ def _softmax(model, value: str, parts: Parts) -> str | None:
     return set_softmax_fp32(model)
 
 
+def _allreduce(model, value: str, parts: Parts) -> str | None:
+    if parts.backend != "gloo":  # oneCCL adds through its own shared-memory transport within a node
+        return f"backend {parts.backend} has its own transport within a node"
+    parts.node, why_not = node_allreduce.create(parts.timeout_s)
+    return why_not
+
+
 def _embedding_allreduce(model, value: str, parts: Parts) -> str | None:
     parts.rows_of = model.get_input_embeddings().weight
     return None
@@ -251,7 +268,7 @@ def _embedding_allreduce(model, value: str, parts: Parts) -> str | None:
 # the width of its draws and the softmax of its attention).
 APPLY = {"attention": _attention, "dropout": _dropout, "dropout_bits": _dropout_bits, "last_layer": _last_layer,
          "padding": _padding, "embedding_grad": _embedding_grad, "embedding_allreduce": _embedding_allreduce,
-         "softmax": _softmax}
+         "softmax": _softmax, "allreduce": _allreduce}
 
 
 def apply(model, chosen, parts: Parts | None = None) -> tuple[Parts, dict[str, str]]:

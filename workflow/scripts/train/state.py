@@ -170,7 +170,9 @@ def build(cfg: TrainView, decisions: RunDecisions, data_dir: str, env: DistEnv, 
     if decisions.precision == "bf16_master":
         head = master.to_bf16_encoder(model)
         log.info(f"bf16_master: the encoder in bf16, {', '.join(head)} in fp32, fp32 masters in the optimizer")
-    parts, status = speed.apply(model, decisions.levers, speed.Parts(task.is_qa, decisions.ipex))
+    parts = speed.Parts(task.is_qa, decisions.ipex, backend=decisions.backend,
+                        timeout_s=60 * cfg.distributed.timeout_minutes)
+    parts, status = speed.apply(model, decisions.levers, parts)
     log.info("levers: " + "; ".join(f"{name} {state}" for name, state in status.items()))
     torch.manual_seed(train_cfg.seed + env.rank)  # different dropout per rank
     split = split.select_columns(accepted_columns(model, split.column_names))
@@ -181,7 +183,8 @@ def build(cfg: TrainView, decisions: RunDecisions, data_dir: str, env: DistEnv, 
     if decisions.ipex:
         log.info(f"IPEX optimized the model for training ({decisions.precision}): "
                  f"{intel.ipex_modules(model)} modules replaced")
-    comm = CommTimer(cfg.distributed.gradient_compression, rows_of=parts.rows_of, touched=parts.pool)
+    comm = CommTimer(cfg.distributed.gradient_compression, rows_of=parts.rows_of, touched=parts.pool,
+                     node=parts.node)
     ddp_model = DDP(model, gradient_as_bucket_view=True, bucket_cap_mb=cfg.distributed.bucket_cap_mb,
                     broadcast_buffers=speed.buffers_change(model))
     ddp_model.register_comm_hook(comm, CommTimer.hook)
