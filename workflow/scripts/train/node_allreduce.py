@@ -87,13 +87,14 @@ class NodeAllReduce:
 
 
 def _alive(pid: int) -> bool:
+    """Running: a zombie (dead, not yet reaped by its parent) is not."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
         return False
-    except PermissionError:
+    except OSError:
         return True
-    return True
+    return stat.rsplit(")", 1)[-1].split()[0] not in ("Z", "X")
 
 
 def _boot_id() -> str:
