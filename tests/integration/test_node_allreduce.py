@@ -11,7 +11,6 @@ import os
 import time
 from pathlib import Path
 
-import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
