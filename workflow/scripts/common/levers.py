@@ -25,6 +25,7 @@ class Levers:
     embedding_grad: str = "auto"
     softmax: str = "auto"
     padding: str = "auto"
+    optimizer: str = "auto"
 
     @classmethod
     def of(cls, value: dict | Levers | None) -> Levers:
@@ -102,6 +103,11 @@ RULES: dict[str, Rule] = {
                                             "positions up to rounding, judged by accuracy over seeds); keep for "
                                             "other models"),
                     exact=False),
+    "optimizer": Rule("torch", _always("one_pass", "under bf16_master one C kernel widens, clips and applies the "
+                                                   "update and rounds the weights in one pass over memory, where "
+                                                   "torch takes three; torch's arithmetic without its fused "
+                                                   "multiply-adds; torch where no C compiler builds it"),
+                      exact=False),
 }
 
 

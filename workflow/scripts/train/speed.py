@@ -43,6 +43,14 @@ step, not what it computes:
   scores) and their softmax is computed in fp32 and rounded once to the
   scores' dtype: in bf16 faster than the bf16 softmax kernel, which also
   rounds its input first. Not bit for bit: judged by accuracy over seeds.
+- optimizer `one_pass` (train.precision bf16_master only): one C kernel
+  per parameter widens the bf16 gradient, scales it by the clip factor,
+  updates the fp32 master and moments and rounds the master into the bf16
+  weight, in one pass over memory, where torch's path takes three (widen,
+  fused AdamW, copy back); clipping's norm is summed from the bf16
+  gradients (train/master.py, master_adamw.c). torch's AdamW arithmetic
+  in float, without its fused multiply-adds: not bit for bit, judged by
+  accuracy over seeds. Off where no C compiler builds the kernel.
 
 And two that need no setting: gradient clipping skips its multiply when
 the total norm is within `max_grad_norm` (the factor is then exactly 1);
@@ -61,6 +69,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.utils import clip_grads_with_norm_, get_total_norm
 
+from workflow.scripts.train import master_kernel
 from workflow.scripts.train.dropout import fast_dropout_modules, set_dropout_bits, set_softmax_fp32
 from workflow.scripts.train.unpad import has_path, unpad_encoder
 
@@ -207,6 +216,10 @@ class Parts:
     pool: GradPool = field(default_factory=lambda: GradPool())
     rows_of: torch.Tensor | None = None
     """The word embedding whose touched rows alone are all-reduced (comm.py)."""
+    precision: str | None = None
+    """train.precision as decided (None: not known here)."""
+    one_pass_optimizer: bool = False
+    """The kernel of optimizer one_pass loaded: bf16_master's optimizer may take it (state.make_optimizer)."""
 
 
 def _attention(model, value: str, parts: Parts) -> str | None:
@@ -240,6 +253,14 @@ def _softmax(model, value: str, parts: Parts) -> str | None:
     return set_softmax_fp32(model)
 
 
+def _optimizer(model, value: str, parts: Parts) -> str | None:
+    if parts.precision not in (None, "bf16_master"):
+        return f"train.precision {parts.precision} has no fp32 masters (one_pass is bf16_master's update)"
+    kernel, why = master_kernel.load()
+    parts.one_pass_optimizer = kernel is not None
+    return None if kernel else why
+
+
 def _embedding_allreduce(model, value: str, parts: Parts) -> str | None:
     parts.rows_of = model.get_input_embeddings().weight
     return None
@@ -251,7 +272,7 @@ def _embedding_allreduce(model, value: str, parts: Parts) -> str | None:
 # the width of its draws and the softmax of its attention).
 APPLY = {"attention": _attention, "dropout": _dropout, "dropout_bits": _dropout_bits, "last_layer": _last_layer,
          "padding": _padding, "embedding_grad": _embedding_grad, "embedding_allreduce": _embedding_allreduce,
-         "softmax": _softmax}
+         "softmax": _softmax, "optimizer": _optimizer}
 
 
 def apply(model, chosen, parts: Parts | None = None) -> tuple[Parts, dict[str, str]]:
