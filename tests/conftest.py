@@ -85,8 +85,18 @@ def matplotlib_font_cache():
     import matplotlib.font_manager  # noqa: F401
 
 
+@pytest.fixture(scope="session")
+def one_pass_kernel():
+    """(kernel, where or why not) of optimizer one_pass: the C compiler
+    builds it on its first use on a machine (then cached): a library's setup
+    too, done before the unit lane refuses processes."""
+    from workflow.scripts.train import master_kernel
+
+    return master_kernel.load()
+
+
 @pytest.fixture(autouse=True)
-def unit_tests_start_no_process(request, monkeypatch, matplotlib_font_cache):
+def unit_tests_start_no_process(request, monkeypatch, matplotlib_font_cache, one_pass_kernel):
     """tests/unit: no processes (and so no ranks, MPI, namespaces or
     workflow runs); a test that needs one belongs in tests/integration."""
     if lane(request.node) == "unit":

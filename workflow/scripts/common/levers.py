@@ -26,6 +26,7 @@ class Levers:
     softmax: str = "auto"
     padding: str = "auto"
     allreduce: str = "auto"
+    optimizer: str = "auto"
 
     @classmethod
     def of(cls, value: dict | Levers | None) -> Levers:
@@ -113,6 +114,11 @@ RULES: dict[str, Rule] = {
                                             "other models"),
                     exact=False),
     "allreduce": Rule("backend", _allreduce),
+    "optimizer": Rule("torch", _always("one_pass", "under bf16_master one C kernel widens, clips and applies the "
+                                                   "update and rounds the weights in one pass over memory, where "
+                                                   "torch takes three; torch's arithmetic without its fused "
+                                                   "multiply-adds; torch where no C compiler builds it"),
+                      exact=False),
 }
 
 

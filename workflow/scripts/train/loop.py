@@ -13,7 +13,6 @@ import torch.distributed as dist
 
 from workflow.scripts.common.errors import Preempted, UserError
 from workflow.scripts.data.batching import updates
-from workflow.scripts.train import speed
 from workflow.scripts.train.checkpoint import Checkpointer
 from workflow.scripts.train.preempt import StopRequests
 from workflow.scripts.train.state import Progress, TrainingState
@@ -33,7 +32,7 @@ def train_step(t: TrainingState, micro_batches: list) -> torch.Tensor:
         t.comm.backward(loss)
         total += loss.detach().float()
     if t.max_grad_norm > 0:  # after the last micro-batch's all-reduce: every rank clips the same mean gradient
-        speed.clip_gradients(t.clipped_parameters(), t.max_grad_norm)
+        t.clip_gradients()
     t.optimizer.step()
     t.scheduler.step()
     t.optimizer.zero_grad(set_to_none=True)

@@ -13,13 +13,23 @@ master weights, as large-scale bf16 training keeps them.
   moments in fp32: each step widens the gradients into fp32 buffers, clips
   them there, updates the masters with the fused kernel, and rounds the
   masters back into the bf16 weights (round to nearest).
+- With `one_pass` (train.speed.optimizer) one C kernel per parameter does
+  all of that in one pass over memory (train/master_adamw.c): the bf16
+  gradient widened and scaled by the clip factor, the update of master and
+  moments, the master rounded into the weight; clipping's norm is summed
+  from the bf16 gradients. No fp32 gradients are kept. The state (masters,
+  moments, steps) is torch's, so checkpoints move between the two paths.
 - Checkpoints hold the masters (exact resume); the saved model is the
   masters, in fp32.
 """
 
 from __future__ import annotations
 
+import math
+
 import torch
+
+from workflow.scripts.train import master_kernel
 
 BF16 = torch.bfloat16
 
@@ -57,9 +67,11 @@ class MasterAdamW(torch.optim.AdamW):
     """AdamW (fused) over fp32 masters of the model's parameters. Its
     param_groups hold the masters, so learning-rate schedulers, state_dict
     and weight-decay groups work as for torch's AdamW; fp32 parameters
-    (the head) are their own masters."""
+    (the head) are their own masters. `one_pass`: the step of the C kernel
+    (train/master_kernel.py), which must have loaded; clipping then goes
+    through clip_grad_norm."""
 
-    def __init__(self, groups: list[dict], **kwargs):
+    def __init__(self, groups: list[dict], one_pass: bool = False, **kwargs):
         self.model_params: list[torch.Tensor] = []
         master_groups = []
         for group in groups:
@@ -73,6 +85,16 @@ class MasterAdamW(torch.optim.AdamW):
         self.masters = [m for g in self.param_groups for m in g["params"]]
         self.lowered = [(p, m) for p, m in zip(self.model_params, self.masters) if p is not m]
         self.staged = False
+        self.one_pass = one_pass
+        self.clip_scale = 1.0  # the next step's gradient factor (not `grad_scale`: torch's Adam reads that)
+        if one_pass:
+            self.kernel, why = master_kernel.load()
+            if self.kernel is None:
+                raise RuntimeError(f"MasterAdamW one_pass: {why}")
+            if any(g["amsgrad"] or g["maximize"] for g in self.param_groups):
+                raise ValueError("MasterAdamW one_pass: no amsgrad, no maximize")
+            pairs = iter(zip(self.model_params, self.masters))
+            self.group_pairs = [[next(pairs) for _ in g["params"]] for g in self.param_groups]
 
     def stage_gradients(self) -> list[torch.Tensor]:
         """Widen the bf16 gradients into the masters' fp32 ones (kept from
@@ -93,13 +115,56 @@ class MasterAdamW(torch.optim.AdamW):
         return self.masters
 
     @torch.no_grad()
+    def clip_grad_norm(self, max_norm: float) -> torch.Tensor:
+        """one_pass's gradient clipping: the total 2-norm of the model's
+        gradients (summed in double from the bf16 ones by the kernel), and
+        torch's clip factor min(1, max_norm / (norm + 1e-6)) kept for the
+        next step, which scales the gradients as it widens them."""
+        assert self.one_pass, "the three-pass path clips the masters' gradients (stage_gradients)"
+        low = [p.grad for p, _ in self.lowered if p.grad is not None]
+        full = [p.grad for p in self.model_params if p.dtype == torch.float32 and p.grad is not None]
+        squares = self.kernel.sum_squares_bf16(low) + math.fsum(float(g.double().square().sum()) for g in full)
+        norm = torch.tensor(math.sqrt(squares), dtype=torch.float32)
+        self.clip_scale = float(torch.clamp(max_norm / (norm + 1e-6), max=1.0))  # as clip_grads_with_norm_
+        return norm
+
+    @torch.no_grad()
     def step(self, closure=None):
+        if self.one_pass:
+            return self._one_pass_step(closure)
         if not self.staged:  # clipping stages them; without clipping, here
             self.stage_gradients()
         self.staged = False
         loss = super().step(closure)
         if self.lowered:
             torch._foreach_copy_([p for p, _ in self.lowered], [m for _, m in self.lowered])
+        return loss
+
+    def _one_pass_step(self, closure=None):
+        """torch's AdamW step (state made and stepped as for fused=True) by
+        the kernel, every parameter's calls run together."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        calls = []
+        for group, pairs in zip(self.param_groups, self.group_pairs):
+            beta1, beta2 = group["betas"]
+            for p, m in pairs:
+                if p.grad is None:
+                    continue
+                state = self.state[m]
+                if not state:
+                    state["step"] = torch.zeros((), dtype=torch.float32)
+                    state["exp_avg"] = torch.zeros_like(m, memory_format=torch.preserve_format)
+                    state["exp_avg_sq"] = torch.zeros_like(m, memory_format=torch.preserve_format)
+                state["step"] += 1
+                args = master_kernel.adamw_args(float(group["lr"]), float(beta1), float(beta2), group["weight_decay"],
+                                                group["eps"], state["step"].item(), self.clip_scale)
+                calls += self.kernel.adamw(None if p is m else p, p.grad.contiguous(), m, state["exp_avg"],
+                                           state["exp_avg_sq"], args)
+        master_kernel.run(calls)
+        self.clip_scale = 1.0
         return loss
 
     def zero_grad(self, set_to_none: bool = True) -> None:

@@ -1,15 +1,33 @@
-/* One pass of AdamW over bf16 weights with fp32 masters (train/master_kernel.py).
+/* One pass of AdamW over bf16 weights with fp32 masters (train/master_kernel.py
+   builds and calls it; train.speed.optimizer one_pass).
 
    Per element: the bf16 gradient widened and scaled (gradient clipping), the
    decoupled weight decay, the moments, the update of the fp32 master, and the
    master rounded to nearest even into the bf16 weight: one read of gradient,
    master and moments, one write of master, moments and weight, where torch's
    path widens the gradients into fp32 copies, runs its fused AdamW on them,
-   and copies the masters back (three passes). The arithmetic is torch's fused
-   CPU AdamW (aten/src/ATen/native/cpu/FusedAdamKernel.cpp) in float.
+   and copies the masters back (three passes).
 
-   target_clones: the loop is compiled for AVX-512, AVX2 and plain x86-64 and
-   the loader picks the one this CPU has, so one build serves every node. */
+   The arithmetic is torch's fused CPU AdamW (aten/src/ATen/native/cpu/
+   FusedAdamKernel.cpp, adam_math for float) in float, operation for
+   operation: its scalars are computed in double by the caller and rounded to
+   float once, as torch does (1 - beta2 in float is not float(1 - beta2): at
+   beta2 0.999 they differ by 1.3e-5); exp_avg.lerp_(grad, 1 - beta1) with
+   torch's two forms; exp_avg_sq * beta2 + ((1 - beta2) * g) * g; master *
+   (1 - lr * wd) - (step_size * exp_avg) / (sqrt(exp_avg_sq) / sqrt(bc2) + eps).
+   The loader compiles with -ffp-contract=off, so no clone fuses a multiply
+   and an add on its own: every clone, CPU and compiler computes the same
+   bits, as DDP's replicas must (each rank updates its own copy). torch's
+   vectorised loop fuses the lerp's multiply-add (vec::fmadd) and, as its
+   x86 build compiles it, the second moment's; its tail loop fuses neither,
+   as here. With both fused this kernel gave torch 2.13's AVX-512 results
+   bit for bit; without, the masters differ from them by up to 1e-7 and the
+   moments by up to 4e-7 of each tensor's largest value (the tests allow
+   1e-6: test_master_kernel.py), and no FMA unit is needed. -fno-math-errno
+   lets sqrtf vectorise (exp_avg_sq is never negative).
+
+   target_clones: the loops are compiled for AVX-512, AVX2 and plain x86-64
+   and the loader picks the one this CPU has, so one build serves every node. */
 
 #include <math.h>
 #include <stdint.h>
@@ -28,6 +46,7 @@ static inline float widen(uint16_t h) {
     return f;
 }
 
+/* Round to nearest even, as torch's float -> bfloat16 conversion. */
 static inline uint16_t round_bf16(float f) {
     uint32_t u;
     memcpy(&u, &f, sizeof u);
@@ -36,49 +55,71 @@ static inline uint16_t round_bf16(float f) {
     return (uint16_t)(u >> 16);
 }
 
+/* Each the float of a value the caller computed in double, as torch does. */
 typedef struct {
-    float lr, beta1, beta2, weight_decay, eps, step_size, bias_correction2_sqrt, grad_scale;
+    float decay;                 /* 1 - lr * weight_decay */
+    float exp_avg_weight;        /* 1 - beta1: exp_avg.lerp_(grad, 1 - beta1) */
+    float beta2;
+    float exp_avg_sq_weight;     /* 1 - beta2 */
+    float eps;
+    float step_size;             /* lr / (1 - beta1^step) */
+    float bias_correction2_sqrt; /* sqrt(1 - beta2^step) */
+    float grad_scale;            /* the clip factor the gradient is multiplied by (1: none) */
 } adamw_args;
 
+/* torch's lerp: a small weight moves exp_avg toward g; a large one moves g
+   back toward exp_avg (weight - 1 < 0). */
 #define ADAMW_ELEMENT(GRAD)                                                     \
     float g = (GRAD) * a.grad_scale;                                            \
-    float p = master[i];                                                        \
-    p = p - p * (a.lr * a.weight_decay);                                        \
+    float p = master[i] * a.decay;                                              \
     float m = exp_avg[i];                                                       \
-    m = m + (g - m) * (1.0f - a.beta1);                                         \
-    float v = exp_avg_sq[i] * a.beta2 + g * g * (1.0f - a.beta2);               \
+    m = (small ? m : g) + lerp * (g - m);                                       \
+    float v = exp_avg_sq[i] * a.beta2 + a.exp_avg_sq_weight * g * g;            \
     float denom = sqrtf(v) / a.bias_correction2_sqrt + a.eps;                   \
     p = p - a.step_size * m / denom;                                            \
     exp_avg[i] = m;                                                             \
     exp_avg_sq[i] = v;                                                          \
     master[i] = p;
 
-CLONES void adamw_bf16(uint16_t *weight, const uint16_t *grad, float *master, float *exp_avg,
-                       float *exp_avg_sq, int64_t n, adamw_args a) {
+#define LERP_WEIGHT                                                             \
+    const int small = fabsf(a.exp_avg_weight) < 0.5f;                           \
+    const float lerp = small ? a.exp_avg_weight : a.exp_avg_weight - 1.0f;
+
+CLONES void adamw_bf16(uint16_t *restrict weight, const uint16_t *restrict grad, float *restrict master,
+                       float *restrict exp_avg, float *restrict exp_avg_sq, int64_t n, adamw_args a) {
+    LERP_WEIGHT
     for (int64_t i = 0; i < n; i++) {
         ADAMW_ELEMENT(widen(grad[i]))
         weight[i] = round_bf16(p);
     }
 }
 
-CLONES void adamw_fp32(const float *grad, float *master, float *exp_avg, float *exp_avg_sq, int64_t n,
-                       adamw_args a) {
+/* An fp32 parameter (the head), its own master. */
+CLONES void adamw_fp32(const float *restrict grad, float *restrict master, float *restrict exp_avg,
+                       float *restrict exp_avg_sq, int64_t n, adamw_args a) {
+    LERP_WEIGHT
     for (int64_t i = 0; i < n; i++) {
         ADAMW_ELEMENT(grad[i])
     }
 }
 
-/* Sum of squares of a bf16 gradient, in float blocks added up in double. */
-CLONES double sum_squares_bf16(const uint16_t *grad, int64_t n) {
-    double total = 0.0;
-    for (int64_t start = 0; start < n; start += 4096) {
-        int64_t end = start + 4096 < n ? start + 4096 : n;
-        float block = 0.0f;
-        for (int64_t i = start; i < end; i++) {
-            float g = widen(grad[i]);
-            block += g * g;
+/* Sum of squares of a bf16 gradient, exact per element (a square of a
+   bf16 value is exact in double) and added up in double over 16 lanes: the
+   same bits for the same n and data, whatever the CPU. */
+CLONES double sum_squares_bf16(const uint16_t *restrict grad, int64_t n) {
+    double lanes[16] = {0.0};
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        for (int k = 0; k < 16; k++) {
+            double g = widen(grad[i + k]);
+            lanes[k] += g * g;
         }
-        total += block;
     }
+    double total = 0.0;
+    for (; i < n; i++) {
+        double g = widen(grad[i]);
+        total += g * g;
+    }
+    for (int k = 0; k < 16; k++) total += lanes[k];
     return total;
 }

@@ -43,7 +43,14 @@ step, not what it computes:
   scores) and their softmax is computed in fp32 and rounded once to the
   scores' dtype: in bf16 faster than the bf16 softmax kernel, which also
   rounds its input first. Not bit for bit: judged by accuracy over seeds.
-
+- optimizer `one_pass` (train.precision bf16_master only): one C kernel
+  per parameter widens the bf16 gradient, scales it by the clip factor,
+  updates the fp32 master and moments and rounds the master into the bf16
+  weight, in one pass over memory, where torch's path takes three (widen,
+  fused AdamW, copy back); clipping's norm is summed from the bf16
+  gradients (train/master.py, master_adamw.c). torch's AdamW arithmetic
+  in float, without its fused multiply-adds: not bit for bit, judged by
+  accuracy over seeds. Off where no C compiler builds the kernel.
 - allreduce `shm`: ranks that share one node sum their gradients through
   shared memory instead of the backend's transport (gloo: TCP over
   loopback); every rank adds in rank order, so weights stay equal, and two
@@ -63,11 +70,11 @@ import types
 from dataclasses import dataclass, field
 
 import torch
-import torch.nn.functional as F
 from torch.nn.utils import clip_grads_with_norm_, get_total_norm
 
+from workflow.scripts.train import master_kernel, node_allreduce
+from workflow.scripts.train.embedding_grad import GradPool, reuse_embedding_grad
 from workflow.scripts.train.dropout import fast_dropout_modules, set_dropout_bits, set_softmax_fp32
-from workflow.scripts.train import node_allreduce
 from workflow.scripts.train.unpad import has_path, unpad_encoder
 
 # Heads that read only the first token of the last hidden state, on
@@ -117,77 +124,6 @@ def _first_token_forward(layer, hidden_states, attention_mask=None, *args, **kwa
     return layer.feed_forward_chunk(attended)
 
 
-def reuse_embedding_grad(model, pool: GradPool | None = None) -> str | None:
-    """Give the word embedding a gradient table reused across steps (`pool`
-    holds it); None when done, else why it cannot (the model is left as it
-    was)."""
-    embedding = model.get_input_embeddings()
-    if type(embedding) is not torch.nn.Embedding:
-        return f"the input embedding is a {type(embedding).__name__}, not a torch.nn.Embedding"
-    if embedding.max_norm is not None or embedding.scale_grad_by_freq or embedding.sparse:
-        return "the input embedding renormalises, scales by frequency or has sparse gradients"
-    tied = [name for name, p in model.named_parameters(remove_duplicate=False) if p is embedding.weight]
-    if len(tied) > 1:  # another module adds its own gradient to the same table
-        return f"the input embedding is tied to {', '.join(tied[1:])}"
-    pool = pool or GradPool()
-    embedding.forward = types.MethodType(
-        lambda self, input: _ReusedGradEmbedding.apply(input, self.weight, self.padding_idx, pool), embedding)
-    return None
-
-
-class GradPool:
-    """The reused gradient table and the rows written into it since it was
-    last handed out (only those can be non-zero)."""
-
-    def __init__(self):
-        self.table: torch.Tensor | None = None
-        self.rows: list[torch.Tensor] = []
-        self.complete = False  # rows holds every row of the gradient the step holds
-
-    def touched_rows(self) -> torch.Tensor | None:
-        """The rows this step's gradient can be non-zero in (sorted), or
-        None when this pool did not see all of it."""
-        return torch.cat(self.rows).unique() if self.complete and self.rows else None
-
-    def gradient(self, weight: torch.Tensor, ids: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
-        """embedding_dense_backward's result: each row the sum, in token
-        order, of its tokens' gradients (padding skipped by the caller)."""
-        shape = (weight.shape[0], grad.shape[-1])
-        if weight.grad is not None:  # accumulating into what the step holds: a new table, as torch does
-            if self.table is not None and weight.grad.data_ptr() == self.table.data_ptr():
-                self.rows.append(ids)  # autograd adds it into our table
-            else:
-                self.complete = False
-            return grad.new_zeros(shape).index_add_(0, ids, grad)
-        if self.table is None or self.table.shape != shape or self.table.dtype != grad.dtype:
-            self.table, self.rows = grad.new_zeros(shape), []
-        elif self.rows:
-            self.table.index_fill_(0, torch.cat(self.rows), 0)
-        self.rows, self.complete = [ids], True
-        # A new view: autograd takes a gradient with no other reference as
-        # the parameter's .grad instead of copying it.
-        return self.table.index_add_(0, ids, grad).view(shape)
-
-
-class _ReusedGradEmbedding(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, ids, weight, padding_idx, pool: GradPool):
-        ctx.save_for_backward(ids, weight)
-        ctx.padding_idx, ctx.pool = padding_idx, pool
-        return F.embedding(ids, weight, padding_idx)
-
-    @staticmethod
-    def backward(ctx, grad):
-        if not ctx.needs_input_grad[1]:
-            return None, None, None, None
-        ids, weight = ctx.saved_tensors
-        ids, grad = ids.reshape(-1), grad.reshape(-1, grad.shape[-1])
-        if ctx.padding_idx is not None:
-            keep = ids != ctx.padding_idx
-            ids, grad = ids[keep], grad[keep]
-        return None, ctx.pool.gradient(weight, ids, grad), None, None
-
-
 def clip_gradients(parameters, max_norm: float) -> torch.Tensor:
     """torch.nn.utils.clip_grad_norm_, without its multiply of every
     gradient when the factor is clamped to 1 (the same result: x * 1.0 is x)."""
@@ -217,6 +153,10 @@ class Parts:
     timeout_s: float = 600.0
     node: object = None
     """The node's shared-memory all-reduce (train/node_allreduce.py), for comm.py."""
+    precision: str | None = None
+    """train.precision as decided (None: not known here)."""
+    one_pass_optimizer: bool = False
+    """The kernel of optimizer one_pass loaded: bf16_master's optimizer may take it (state.make_optimizer)."""
 
 
 def _attention(model, value: str, parts: Parts) -> str | None:
@@ -257,6 +197,14 @@ def _allreduce(model, value: str, parts: Parts) -> str | None:
     return why_not
 
 
+def _optimizer(model, value: str, parts: Parts) -> str | None:
+    if parts.precision not in (None, "bf16_master"):
+        return f"train.precision {parts.precision} has no fp32 masters (one_pass is bf16_master's update)"
+    kernel, why = master_kernel.load()
+    parts.one_pass_optimizer = kernel is not None
+    return None if kernel else why
+
+
 def _embedding_allreduce(model, value: str, parts: Parts) -> str | None:
     parts.rows_of = model.get_input_embeddings().weight
     return None
@@ -268,7 +216,7 @@ def _embedding_allreduce(model, value: str, parts: Parts) -> str | None:
 # the width of its draws and the softmax of its attention).
 APPLY = {"attention": _attention, "dropout": _dropout, "dropout_bits": _dropout_bits, "last_layer": _last_layer,
          "padding": _padding, "embedding_grad": _embedding_grad, "embedding_allreduce": _embedding_allreduce,
-         "softmax": _softmax, "allreduce": _allreduce}
+         "softmax": _softmax, "allreduce": _allreduce, "optimizer": _optimizer}
 
 
 def apply(model, chosen, parts: Parts | None = None) -> tuple[Parts, dict[str, str]]:

@@ -1,0 +1,84 @@
+"""The embedding_grad lever (train.speed.embedding_grad `reuse`,
+train/speed.py): the word embedding's gradient written into a table kept
+from step to step, zeroing only the rows the last step touched, instead of
+a new zeroed table every step (a table over 32 MB comes from fresh pages of
+the OS each time). The gradient is torch's, bit for bit; the rows it wrote
+also tell the row all-reduce (comm.py) which rows this rank touched."""
+
+from __future__ import annotations
+
+import types
+
+import torch
+import torch.nn.functional as F
+
+
+def reuse_embedding_grad(model, pool: GradPool | None = None) -> str | None:
+    """Give the word embedding a gradient table reused across steps (`pool`
+    holds it); None when done, else why it cannot (the model is left as it
+    was)."""
+    embedding = model.get_input_embeddings()
+    if type(embedding) is not torch.nn.Embedding:
+        return f"the input embedding is a {type(embedding).__name__}, not a torch.nn.Embedding"
+    if embedding.max_norm is not None or embedding.scale_grad_by_freq or embedding.sparse:
+        return "the input embedding renormalises, scales by frequency or has sparse gradients"
+    tied = [name for name, p in model.named_parameters(remove_duplicate=False) if p is embedding.weight]
+    if len(tied) > 1:  # another module adds its own gradient to the same table
+        return f"the input embedding is tied to {', '.join(tied[1:])}"
+    pool = pool or GradPool()
+    embedding.forward = types.MethodType(
+        lambda self, input: _ReusedGradEmbedding.apply(input, self.weight, self.padding_idx, pool), embedding)
+    return None
+
+
+class GradPool:
+    """The reused gradient table and the rows written into it since it was
+    last handed out (only those can be non-zero)."""
+
+    def __init__(self):
+        self.table: torch.Tensor | None = None
+        self.rows: list[torch.Tensor] = []
+        self.complete = False  # rows holds every row of the gradient the step holds
+
+    def touched_rows(self) -> torch.Tensor | None:
+        """The rows this step's gradient can be non-zero in (sorted), or
+        None when this pool did not see all of it."""
+        return torch.cat(self.rows).unique() if self.complete and self.rows else None
+
+    def gradient(self, weight: torch.Tensor, ids: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
+        """embedding_dense_backward's result: each row the sum, in token
+        order, of its tokens' gradients (padding skipped by the caller)."""
+        shape = (weight.shape[0], grad.shape[-1])
+        if weight.grad is not None:  # accumulating into what the step holds: a new table, as torch does
+            if self.table is not None and weight.grad.data_ptr() == self.table.data_ptr():
+                self.rows.append(ids)  # autograd adds it into our table
+            else:
+                self.complete = False
+            return grad.new_zeros(shape).index_add_(0, ids, grad)
+        if self.table is None or self.table.shape != shape or self.table.dtype != grad.dtype:
+            self.table, self.rows = grad.new_zeros(shape), []
+        elif self.rows:
+            self.table.index_fill_(0, torch.cat(self.rows), 0)
+        self.rows, self.complete = [ids], True
+        # A new view: autograd takes a gradient with no other reference as
+        # the parameter's .grad instead of copying it.
+        return self.table.index_add_(0, ids, grad).view(shape)
+
+
+class _ReusedGradEmbedding(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, ids, weight, padding_idx, pool: GradPool):
+        ctx.save_for_backward(ids, weight)
+        ctx.padding_idx, ctx.pool = padding_idx, pool
+        return F.embedding(ids, weight, padding_idx)
+
+    @staticmethod
+    def backward(ctx, grad):
+        if not ctx.needs_input_grad[1]:
+            return None, None, None, None
+        ids, weight = ctx.saved_tensors
+        ids, grad = ids.reshape(-1), grad.reshape(-1, grad.shape[-1])
+        if ctx.padding_idx is not None:
+            keep = ids != ctx.padding_idx
+            ids, grad = ids[keep], grad[keep]
+        return None, ctx.pool.gradient(weight, ids, grad), None, None

@@ -1,0 +1,218 @@
+"""The one-pass AdamW kernel of train.speed.optimizer `one_pass`
+(train/master_adamw.c): compiled with the system C compiler on its first
+use on a machine, cached, loaded with ctypes.
+
+`load()` gives (kernel, where) or (None, a one-line reason: no compiler,
+a failed build, a build whose bits are not float_step's); training then
+keeps the three-pass path. Every build must compute the same bits (each
+DDP rank updates its own replica), so each is checked against float_step
+when it loads.
+The build goes to $CPUDDP_KERNEL_CACHE or ~/.cache/cpuddp/kernels, in a
+folder named by the sha256 of the source, the flags and the compiler's
+`--version`, written under a temporary name and renamed into place, so
+ranks building at once do not trip over each other.
+
+ctypes releases the GIL during a call: with more than one torch thread the
+calls run on that many Python threads, big tensors cut into chunks of
+CHUNK elements. The chunks are the same whatever the thread count, so
+every result is the same bits on one thread or several.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import math
+import os
+import shlex
+import shutil
+import subprocess
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy
+import torch
+
+SOURCE = Path(__file__).with_name("master_adamw.c")
+# -ffp-contract=off: no multiply and add fused by the compiler, so every
+# target clone (and CPU) computes the same bits; -fno-math-errno lets sqrtf
+# vectorise. No -march: target_clones picks the ISA at run time.
+FLAGS = ("-O3", "-shared", "-fPIC", "-fno-math-errno", "-ffp-contract=off")
+CHUNK = 1 << 20  # elements per call: a multiple of the sum's 16 lanes
+ARGS = ("decay", "exp_avg_weight", "beta2", "exp_avg_sq_weight", "eps", "step_size", "bias_correction2_sqrt",
+        "grad_scale")
+
+
+class AdamwArgs(ctypes.Structure):
+    """struct adamw_args of master_adamw.c, passed by value."""
+    _fields_ = [(name, ctypes.c_float) for name in ARGS]
+
+
+def adamw_args(lr: float, beta1: float, beta2: float, weight_decay: float, eps: float, step: float,
+               grad_scale: float = 1.0) -> AdamwArgs:
+    """The step's scalars as torch's fused CPU AdamW computes them: in
+    double from the state's step (after its increment), then each rounded
+    to float."""
+    bias_correction1 = 1 - beta1 ** step
+    bias_correction2 = 1 - beta2 ** step
+    return AdamwArgs(1 - lr * weight_decay, 1 - beta1, beta2, 1 - beta2, eps, lr / bias_correction1,
+                     math.sqrt(bias_correction2), grad_scale)
+
+
+def _cache_root() -> Path:
+    return Path(os.environ.get("CPUDDP_KERNEL_CACHE") or Path.home() / ".cache" / "cpuddp" / "kernels")
+
+
+def build(cc: str | None = None, cache: Path | None = None) -> tuple[Kernel | None, str]:
+    """Compile (unless cached) and load the kernel with compiler `cc`
+    ($CC, else cc): (kernel, where it is) or (None, why not)."""
+    command = shlex.split(cc or os.environ.get("CC") or "cc")
+    if not command or shutil.which(command[0]) is None:
+        return None, f"no C compiler ({' '.join(command) or 'CC is empty'} not found; set CC)"
+    try:
+        version = subprocess.run([*command, "--version"], capture_output=True, text=True, timeout=60).stdout
+        key = hashlib.sha256(SOURCE.read_bytes() + " ".join([*command, *FLAGS, version]).encode()).hexdigest()
+        folder = (cache or _cache_root()) / key[:16]
+        target = folder / "master_adamw.so"
+        if not target.exists():
+            folder.mkdir(parents=True, exist_ok=True)
+            handle, temporary = tempfile.mkstemp(dir=folder, prefix=".build-", suffix=".so")
+            os.close(handle)
+            done = subprocess.run([*command, *FLAGS, "-o", temporary, str(SOURCE), "-lm"], capture_output=True,
+                                  text=True, timeout=300)
+            if done.returncode:
+                os.unlink(temporary)
+                lines = done.stderr.strip().splitlines() or ["no output"]
+                first = next((line for line in lines if "error" in line), lines[-1])
+                return None, f"{' '.join(command)} could not build {SOURCE.name}: {first}"
+            os.replace(temporary, target)
+        kernel = Kernel(ctypes.CDLL(str(target)))
+    except (OSError, subprocess.SubprocessError) as error:
+        return None, f"{SOURCE.name} could not be built or loaded: {error}"
+    if not kernel.computes_the_float_step():
+        return None, f"{target} computes other bits than the float arithmetic it implements (a fast-math compiler?)"
+    return kernel, str(target)
+
+
+_LOADED: dict[tuple, tuple] = {}
+
+
+def load() -> tuple[Kernel | None, str]:
+    """build() once per process for this $CC and cache folder."""
+    key = (os.environ.get("CC"), os.environ.get("CPUDDP_KERNEL_CACHE"))
+    if key not in _LOADED:
+        _LOADED[key] = build()
+    return _LOADED[key]
+
+
+@functools.cache
+def _pool(workers: int) -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=workers, thread_name_prefix="cpuddp-adamw")
+
+
+def _check(tensor: torch.Tensor, dtype: torch.dtype, name: str) -> None:
+    assert tensor.dtype == dtype, f"{name}: {tensor.dtype}, not {dtype}"
+    assert tensor.is_contiguous() and tensor.device.type == "cpu", f"{name}: not a contiguous CPU tensor"
+
+
+class Kernel:
+    """The loaded library: its calls are gathered into lists (a call per
+    chunk, holding its tensors) and run together by run()."""
+
+    def __init__(self, lib: ctypes.CDLL):
+        pointer, count = ctypes.c_void_p, ctypes.c_int64
+        self.lib = lib
+        lib.adamw_bf16.argtypes = [pointer] * 5 + [count, AdamwArgs]
+        lib.adamw_bf16.restype = None
+        lib.adamw_fp32.argtypes = [pointer] * 4 + [count, AdamwArgs]
+        lib.adamw_fp32.restype = None
+        lib.sum_squares_bf16.argtypes = [pointer, count]
+        lib.sum_squares_bf16.restype = ctypes.c_double
+
+    def adamw(self, weight: torch.Tensor | None, grad: torch.Tensor, master: torch.Tensor, exp_avg: torch.Tensor,
+              exp_avg_sq: torch.Tensor, args: AdamwArgs) -> list:
+        """The calls of one parameter's update: a bf16 `weight` with its fp32
+        `master` (rounded into the weight), or, with weight None, an fp32
+        parameter that is its own master."""
+        for tensor, name in ((master, "master"), (exp_avg, "exp_avg"), (exp_avg_sq, "exp_avg_sq")):
+            _check(tensor, torch.float32, name)
+            assert tensor.numel() == grad.numel(), f"{name}: {tensor.numel()} elements, the gradient {grad.numel()}"
+        if weight is None:
+            _check(grad, torch.float32, "grad")
+            tensors, function = (grad, master, exp_avg, exp_avg_sq), self.lib.adamw_fp32
+        else:
+            _check(weight, torch.bfloat16, "weight")
+            _check(grad, torch.bfloat16, "grad")
+            tensors, function = (weight, grad, master, exp_avg, exp_avg_sq), self.lib.adamw_bf16
+        return [(function, (*pointers, count, args), count, tensors) for pointers, count in _chunks(tensors)]
+
+    def computes_the_float_step(self, n: int = 45) -> bool:
+        """Whether one step on a few elements (a vector's worth and a tail)
+        gives float_step's bits: every rank's build must compute the same."""
+        generator = torch.Generator().manual_seed(0)
+        grad, master, exp_avg = (torch.randn(n, generator=generator) for _ in range(3))
+        exp_avg_sq = torch.rand(n, generator=generator)
+        weight = master.bfloat16()
+        for beta1 in (0.9, 0.3):  # both forms of the lerp
+            args = adamw_args(1e-2, beta1, 0.999, 0.01, 1e-8, 3.0, 0.75)
+            want = float_step(grad.bfloat16(), master, exp_avg, exp_avg_sq, args)
+            got = [t.clone() for t in (weight, master, exp_avg, exp_avg_sq)]
+            run(self.adamw(got[0], grad.bfloat16(), *got[1:], args))
+            if not all(torch.equal(a, b) for a, b in zip(got[1:], want)) or not torch.equal(got[0], want[0].bfloat16()):
+                return False
+        return True
+
+    def sum_squares_bf16(self, grads: list[torch.Tensor]) -> float:
+        """The sum of the squares of every element of the bf16 `grads`, in double."""
+        for grad in grads:
+            _check(grad, torch.bfloat16, "grad")
+        calls = [(self.lib.sum_squares_bf16, (*pointers, count), count, grad) for grad in grads
+                 for pointers, count in _chunks((grad,))]
+        return math.fsum(run(calls))
+
+
+def float_step(grad: torch.Tensor, master: torch.Tensor, exp_avg: torch.Tensor, exp_avg_sq: torch.Tensor,
+               args: AdamwArgs) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(master, exp_avg, exp_avg_sq) after the kernel's step, by float32
+    ops one at a time (each rounded, none fused; numpy's square root, as
+    torch's CPU sqrt is not correctly rounded): what every build of
+    master_adamw.c must give, bit for bit."""
+    a = {name: torch.tensor(getattr(args, name), dtype=torch.float32) for name in ARGS}
+    small = bool(a["exp_avg_weight"].abs() < 0.5)
+    lerp = a["exp_avg_weight"] if small else a["exp_avg_weight"] - 1
+    g = grad.float() * a["grad_scale"]
+    p = master * a["decay"]
+    m = (exp_avg if small else g) + lerp * (g - exp_avg)
+    v = exp_avg_sq * a["beta2"] + a["exp_avg_sq_weight"] * g * g
+    denom = torch.from_numpy(numpy.sqrt(v.numpy())) / a["bias_correction2_sqrt"] + a["eps"]
+    return p - a["step_size"] * m / denom, m, v
+
+
+def _chunks(tensors: tuple) -> list[tuple[list[int], int]]:
+    """(pointers, count) per CHUNK elements of equally long tensors."""
+    n = tensors[0].numel()
+    bases = [(t.data_ptr(), t.element_size()) for t in tensors]
+    return [([base + start * size for base, size in bases], min(CHUNK, n - start)) for start in range(0, n, CHUNK)]
+
+
+def run(calls: list) -> list:
+    """Every call's result, in order, for calls (function, arguments,
+    elements, the tensors it reads and writes, held until it is done): on
+    torch's thread count of Python threads (ctypes releases the GIL in a
+    call), in jobs of consecutive calls of about CHUNK elements, or in this
+    thread."""
+    workers = torch.get_num_threads()
+    if workers == 1 or len(calls) < 2:
+        return [function(*args) for function, args, *_ in calls]
+    jobs, job, size = [], [], 0
+    for call in calls:
+        job.append(call)
+        size += call[2]
+        if size >= CHUNK:
+            jobs.append(job)
+            job, size = [], 0
+    jobs += [job] if job else []
+    done = _pool(workers).map(lambda job: [function(*args) for function, args, *_ in job], jobs)
+    return [result for results in done for result in results]
