@@ -17,7 +17,6 @@ import time
 
 import torch
 import torch.distributed as dist
-from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors  # what DDP packs buckets with
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
 
 COMPRESSION = ("none", "fp16", "bf16", "powersgd")
@@ -48,18 +47,19 @@ def allreduce_rows(bucket, table: torch.nn.Parameter, sent: list[int], touched=N
     (a speed.GradPool) knows this rank's rows without reading the table;
     `reduce` sums the packed rows (the node's shared memory, or the backend)."""
     world = dist.get_world_size()
-    grads = bucket.gradients()
+    buffer, grads = bucket.buffer(), bucket.gradients()
     at = next(i for i, p in enumerate(bucket.parameters()) if p is table)
     rows = union_of_rows(grads[at], touched.touched_rows() if touched is not None else None)
     sent[:] = [sent[0] + 1, sent[1] + rows.numel(), sent[2] + grads[at].shape[0]]
-    dense = [g for i, g in enumerate(grads) if i != at]
-    parts = [grads[at][rows], *dense]
-    packed = _flatten_dense_tensors(parts).div_(world)
-    reduce(packed)
-    table_rows, *reduced = _unflatten_dense_tensors(packed, parts)
+    table_rows = grads[at][rows].div_(world)
+    # The bucket's other gradients are summed where they lie, in the
+    # buffer before and after the table (DDP's bucket views): packing them
+    # into one tensor and back cost two copies of the bucket per step.
+    start = (grads[at].data_ptr() - buffer.data_ptr()) // buffer.element_size()
+    for part in (table_rows, buffer[:start].div_(world), buffer[start + grads[at].numel():].div_(world)):
+        if part.numel():
+            reduce(part)
     grads[at].index_copy_(0, rows, table_rows)
-    for grad, value in zip(dense, reduced):
-        grad.copy_(value)
     return _done(bucket.buffer())
 
 

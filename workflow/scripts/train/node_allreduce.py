@@ -48,10 +48,11 @@ class NodeAllReduce:
         self.epoch = int(self.counters[rank])
 
     def all_reduce(self, tensor: torch.Tensor) -> torch.Tensor:
-        """Sum `tensor` (flat, contiguous) over the node's ranks, in place."""
+        """Sum `tensor` (contiguous) over the node's ranks, in place."""
+        flat = tensor.view(-1)
         per_chunk = self.chunk_bytes // tensor.element_size()
-        for start in range(0, tensor.numel(), per_chunk):
-            part = tensor[start:start + per_chunk]
+        for start in range(0, flat.numel(), per_chunk):
+            part = flat[start:start + per_chunk]
             nbytes = part.numel() * part.element_size()
             self.slots[self.rank, :nbytes].view(tensor.dtype).copy_(part)
             self._meet()
