@@ -53,9 +53,13 @@ def step_parts(model, precision: str, lr: float = 1e-5):
     bf16_master the model becomes a bf16 encoder with fp32 masters."""
     from workflow.scripts.common.modeling import autocast_for
 
-    if precision == "bf16_master":
+    if precision == "bf16_master":  # with the one-pass update where its kernel builds, as training takes it
+        from workflow.scripts.train import master_kernel
+
         to_bf16_encoder(model)
-        return MasterAdamW([{"params": list(model.parameters())}], lr=lr, fused=True), autocast_for("fp32")
+        one_pass = master_kernel.load()[0] is not None
+        return (MasterAdamW([{"params": list(model.parameters())}], lr=lr, fused=True, one_pass=one_pass),
+                autocast_for("fp32"))
     return torch.optim.AdamW(model.parameters(), lr=lr, fused=True), autocast_for(precision)
 
 
