@@ -229,6 +229,24 @@ def layout_rows(work: Path, model: str, data: Path, steps: int, bf16: bool) -> N
               flush=True)
 
 
+def paired_rows(work: Path, model: str, data: Path, steps: int, bf16: bool, pairs: int) -> None:
+    """`pairs` rounds, one after another, of the Trainer at both layouts and
+    cpuddp's defaults: per round, cpuddp against the Trainer's faster layout
+    of that round, so a noisy neighbour touches both sides of one ratio."""
+    print(f"paired rounds ({'bf16' if bf16 else 'fp32'} Trainer at 2x1 and 1x2; cpuddp defaults at 2x1):", flush=True)
+    ratios = []
+    for i in range(pairs):
+        trainer = {tag: run_trainer(work, model, data, steps, bf16, False, f"pair{i}-{tag}", layout).get("sps", 0.0)
+                   for tag, layout in (("2x1", (2, 1)), ("1x2", (1, 2)))}
+        ours = run_cpuddp(work, model, data, steps, None, f"pair{i}", (2, 1)).get("sps", 0.0)
+        best = max(trainer, key=trainer.get)
+        ratios.append(ours / max(trainer[best], 1e-9))
+        print(f"  round {i + 1}: Trainer 2x1 {trainer['2x1']:.2f}, 1x2 {trainer['1x2']:.2f}; cpuddp {ours:.2f}: "
+              f"{ratios[-1]:.2f}x the Trainer at its best ({best})", flush=True)
+    print(f"  ratio over {pairs} rounds: min {min(ratios):.2f}x, median {float(np.median(ratios)):.2f}x, "
+          f"max {max(ratios):.2f}x", flush=True)
+
+
 def report(title: str, results: dict, peaks: dict, flops_per_sample: float) -> None:
     base = results["Trainer at its best"].get("sps")
     shown = ", ".join(f"{p} {g:.0f}" for p, g in peaks.items())
@@ -261,6 +279,8 @@ def main() -> None:
     parser.add_argument("--models", default="minilm,bert", help="which of minilm,bert to run")
     parser.add_argument("--layouts", action="store_true",
                         help="add the Trainer (at its best precision) and cpuddp at 1 rank x 2 threads beside 2 x 1")
+    parser.add_argument("--pairs", type=int, default=0,
+                        help="only rounds of the Trainer (bf16 where native, both layouts) against cpuddp's defaults")
     args = parser.parse_args()
     prepare_job_environment(str(Path(__file__).resolve().parents[1]))  # .venv's mpirun, repo on PYTHONPATH
     cpu = hardware.cpu_summary()
@@ -279,6 +299,9 @@ def main() -> None:
             model = model or bert_base(work, minilm)
             data = prepare(work / title.split()[0], model)
             print(f"{title}:", flush=True)
+            if args.pairs:
+                paired_rows(work / title.split()[0], model, data, steps, bf16, args.pairs)
+                continue
             results = rows_for(work / title.split()[0], model, data, steps, bf16, not args.no_compile,
                                args.each_lever)
             peaks = {"fp32": matmul_peak_gflops(*shape, torch.float32),
