@@ -69,11 +69,11 @@ class NodeAllReduce:
         spins, started = 0, None
         while self.counters.min() < self.epoch:
             spins += 1
-            if spins % 2048 == 0:
-                started = started or time.monotonic()
-                self._check_peers(started)
-                if spins > 65536:  # a long wait (a slower rank): stop burning the core
-                    time.sleep(50e-6)
+            if spins > 1024:  # the others are late: yield the core (with more ranks than cores, a
+                time.sleep(100e-6)  # spinning rank would take the CPU the late one needs)
+                if spins % 256 == 0:
+                    started = started or time.monotonic()
+                    self._check_peers(started)
 
     def _check_peers(self, started: float) -> None:
         late = [r for r in range(self.world) if self.counters[r] < self.epoch]
