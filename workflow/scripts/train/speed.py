@@ -75,7 +75,7 @@ from torch.nn.utils import clip_grads_with_norm_, get_total_norm
 from workflow.scripts.train import master_kernel, node_allreduce
 from workflow.scripts.train.embedding_grad import GradPool, reuse_embedding_grad
 from workflow.scripts.train.dropout import fast_dropout_modules, set_dropout_bits, set_softmax_fp32
-from workflow.scripts.train.unpad import has_path, unpad_encoder
+from workflow.scripts.train.unpad import LAYER_PARTS, has_path, unpad_encoder
 
 # Heads that read only the first token of the last hidden state, on
 # encoders whose layers are BERT's (attention.self.query ... output.dense).
@@ -94,9 +94,7 @@ def first_token_last_layer(model) -> str | None:
     if config.is_decoder or getattr(config, "add_cross_attention", False):
         return f"{name} is a decoder"
     layer = getattr(model, model.base_model_prefix).encoder.layer[-1]
-    parts = ("attention.self.query", "attention.self.key", "attention.self.value", "attention.self.scaling",
-             "attention.self.attention_head_size", "attention.self.dropout", "attention.output", "feed_forward_chunk")
-    missing = [p for p in parts if not has_path(layer, p)]
+    missing = [p for p in LAYER_PARTS if not has_path(layer, p)]
     if missing:  # another transformers version laid the layer out otherwise
         return f"{type(layer).__name__} has no {', '.join(missing)}"
     layer.forward = types.MethodType(_first_token_forward, layer)
