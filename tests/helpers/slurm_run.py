@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from helpers.workflow import BIN, REPO, write_config
+from helpers.background import Background
 from workflow.scripts.data import demo
 
 sys.path.insert(0, str(REPO / "tests" / "netns"))
@@ -100,7 +101,7 @@ def explain(out: str) -> str:
 
 
 def start(argv: list[str]) -> subprocess.Popen:
-    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return Background(argv)
 
 
 def finish(proc: subprocess.Popen, timeout: float = SNAKEMAKE_TIMEOUT) -> str:

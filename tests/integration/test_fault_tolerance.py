@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import time
 from pathlib import Path
 
@@ -16,6 +15,7 @@ import yaml
 from helpers.workflow import BIN, REPO, snakemake, write_config
 from helpers.faults import RUN, digest, long_experiment
 from helpers.workflow import tiny_experiment
+from helpers.background import Background
 
 def rank_pid(rank: int, timeout: float = 60) -> int:
     """The pid of training rank `rank` (read from the launcher's environment)."""
@@ -53,7 +53,7 @@ def test_killed_rank_stops_the_job_and_rerun_resumes_exactly(tmp_path, tiny_mode
     argv = [str(BIN / "snakemake"), "--snakefile", str(REPO / "Snakefile"), "-d", str(broken),
             "--profile", str(REPO / "profiles/local"), "--cores", "2", "--configfile", str(configfile)]
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
-    job = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    job = Background(argv, env=env)
     wait_for(broken / RUN / "checkpoints/step-00000040/COMPLETE")
     os.kill(rank_pid(1), signal.SIGKILL)
     started = time.time()

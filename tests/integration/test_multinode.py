@@ -23,6 +23,7 @@ from helpers.workflow import REPO
 from workflow.scripts.nodes import setup as node_setup
 
 from helpers.netns_cluster import needs_root, netns, netns_cluster
+from helpers.background import Background
 
 
 @pytest.fixture(scope="module")
@@ -193,8 +194,8 @@ def test_a_lost_node_is_dropped_at_retry_and_the_run_finishes_on_the_rest(cluste
                           capture_output=True, text=True, timeout=400, env=host_env(mapping))
     assert done.returncode == 0, done.stderr[-4000:]
     original_map = mapping.read_text()
-    job = subprocess.Popen(on_host(hosts[0], drop_experiment(broken, cluster_file(work, pair, **settings))),
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=host_env(mapping))
+    job = Background(on_host(hosts[0], drop_experiment(broken, cluster_file(work, pair, **settings))),
+                     env=host_env(mapping))
     switch = hosts[0].namespace.rsplit("-", 1)[0] + "-sw"
     try:
         marker = broken / "results/drop/default/checkpoints/step-00000010/COMPLETE"

@@ -20,6 +20,7 @@ import pytest
 from helpers.hosts_run import cluster_file, host_env, on_host, tiny_experiment
 from helpers.netns_cluster import needs_root, netns_cluster
 from helpers.workflow import BIN, REPO, write_config
+from helpers.background import Background
 
 
 @pytest.fixture(scope="module")
@@ -85,8 +86,7 @@ def test_four_one_node_runs_share_two_hosts_two_at_a_time(cluster):
                          env=host_env(mapping), timeout=120)
     assert "sweep: 4 runs; up to 2 at once on disjoint nodes of the hostfile's 2" in dry.stderr, dry.stderr[-2000:]
     started = time.time()
-    job = subprocess.Popen(on_host(hosts[0], argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                           env=host_env(mapping))
+    job = Background(on_host(hosts[0], argv), env=host_env(mapping))
     kill_a_rank_of("s2", job)
     out, _ = job.communicate(timeout=240)
     assert job.returncode == 0, out[-6000:]

@@ -14,7 +14,6 @@ import json
 import os
 import random
 import signal
-import subprocess
 import time
 from pathlib import Path
 
@@ -23,6 +22,7 @@ import pytest
 
 from helpers.workflow import BIN, REPO, snakemake
 from helpers.faults import RUN, digest, long_experiment
+from helpers.background import Background
 
 CHAOS_ROUNDS = int(os.environ.get("CPUDDP_CHAOS_ROUNDS", "3"))
 TIMEOUT_MINUTES = 0.25  # a frozen rank is given up on after 15 s
@@ -37,25 +37,25 @@ def reference(tmp_path_factory, tiny_model_dir) -> str:
     return digest(work)
 
 
-def start(work: Path, model: Path, retries: int) -> subprocess.Popen:
+def start(work: Path, model: Path, retries: int) -> Background:
     configfile = long_experiment(work, model, retries=retries, timeout_minutes=TIMEOUT_MINUTES,
                                  exit_grace_seconds=5)
     argv = [str(BIN / "snakemake"), "--snakefile", str(REPO / "Snakefile"), "-d", str(work),
             "--profile", str(REPO / "profiles/local"), "--cores", "2", "--configfile", str(configfile)]
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "HF_HUB_OFFLINE": "1"}
-    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    return Background(argv, env=env)
 
 
 def checkpoint_marker(work: Path, step: int) -> Path:
     return work / RUN / f"checkpoints/step-{step:08d}/COMPLETE"
 
 
-def wait_for_checkpoint(work: Path, step: int, after: float, job: subprocess.Popen, timeout: float = 300) -> None:
+def wait_for_checkpoint(work: Path, step: int, after: float, job: Background, timeout: float = 300) -> None:
     """Until checkpoint `step` is written (again) after `after`."""
     marker, deadline = checkpoint_marker(work, step), time.time() + timeout
     while not (marker.is_file() and marker.stat().st_mtime >= after):
         if job.poll() is not None:
-            raise AssertionError(f"the workflow ended before checkpoint {step}:\n{job.stdout.read()[-3000:]}")
+            raise AssertionError(f"the workflow ended before checkpoint {step}:\n{job.output()[-3000:]}")
         if time.time() > deadline:
             raise AssertionError(f"checkpoint {step} never appeared")
         time.sleep(0.05)

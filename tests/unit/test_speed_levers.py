@@ -126,7 +126,7 @@ def test_ddp_broadcasts_buffers_only_where_one_changes():
 
 def test_auto_picks_by_the_stated_rule_and_settings_win():
     chosen, why = levers.choose(levers.Levers())
-    assert chosen == levers.Levers("fast", 16, "eager", "rows", "first_token", "reuse", "fp32", "drop", "backend",
+    assert chosen == levers.Levers("fast", 16, "eager", "rows", "first_token", "reuse", "fp32", "drop", "shm",
                                    "one_pass")
     assert "auto" in why["dropout"]
     across, why = levers.choose(None, levers.Context(nodes=3))  # the plan models the dense all-reduce across nodes
@@ -153,14 +153,14 @@ def test_one_path_per_lever_schema_rules_and_apply_agree():
     assert all(schema["properties"]["train"]["properties"]["speed"]["properties"][k]["enum"][0] == "auto"
                and levers.RULES[k].off in schema["properties"]["train"]["properties"]["speed"]["properties"][k]["enum"]
                for k in keys)
-    assert set(levers.each_alone()) == set(keys) - {"allreduce"}  # on one node auto turns on all but shm
+    assert set(levers.each_alone()) == set(keys)  # on one node every lever's auto turns it on
 
 
 def test_apply_says_per_lever_on_or_why_not():
     model = tiny("Bert", "sdpa")
     chosen, _ = levers.choose(levers.Levers())
     parts, status = speed.apply(model, chosen, speed.Parts(is_qa=False))
-    assert status.pop("allreduce") == "off (backend)"  # tests/integration/test_node_allreduce.py
+    assert status.pop("allreduce") == "off: no process group"  # tests/integration/test_node_allreduce.py
     assert all(state.startswith("on") for state in status.values()), status
     assert parts.rows_of is model.get_input_embeddings().weight
     _, status = speed.apply(tiny("Bert", "sdpa"), chosen, speed.Parts(is_qa=True, ipex=True))

@@ -39,8 +39,9 @@ class NodeAllReduce:
     """In-place sum of a flat tensor over the ranks of one node."""
 
     def __init__(self, memory: torch.Tensor, rank: int, pids: list[int], timeout_s: float,
-                 chunk_bytes: int = CHUNK_BYTES):
+                 chunk_bytes: int = CHUNK_BYTES, path: str = ""):
         self.world, self.rank, self.pids, self.timeout_s = len(pids), rank, pids, timeout_s
+        self.path = path  # the file behind `memory`, unlinked once every rank mapped it
         self.memory = memory  # keeps the mapping alive
         self.counters = memory[:LINE * self.world].numpy().view(np.int64)[::LINE // 8]
         self.slots = memory[LINE * self.world:].view(self.world, chunk_bytes)
@@ -133,4 +134,5 @@ def create(timeout_s: float, chunk_bytes: int = CHUNK_BYTES) -> tuple[NodeAllRed
     dist.barrier()
     if rank == 0:
         os.unlink(name[0])  # the mappings stay; nothing is left behind, even after a crash
-    return NodeAllReduce(memory, rank, [pid for _, _, pid, _ in seen], timeout_s, chunk_bytes), None
+    return NodeAllReduce(memory, rank, [pid for _, _, pid, _ in seen], timeout_s, chunk_bytes,
+                         name[0]), None

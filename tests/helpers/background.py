@@ -1,0 +1,39 @@
+"""Commands started in the background whose output goes to a file.
+
+A pipe that nobody reads until the end holds 64 KiB. A Snakemake that
+retries prints every try's log (the rule's tee, show-failed-logs), fills
+it, and blocks on its next line, between one try and the next: the test
+then waits for a checkpoint that never comes (seen in CI's parallel lanes,
+where ranks log more steps before a fault is injected).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+
+
+class Background(subprocess.Popen):
+    """subprocess.Popen with stdout and stderr in one temporary file;
+    communicate() waits and returns (that output, None)."""
+
+    def __init__(self, argv, **kwargs):
+        fd, name = tempfile.mkstemp(prefix="cpuddp-output-", suffix=".log")
+        self.output_path = Path(name)
+        with os.fdopen(fd, "w") as out:
+            super().__init__(argv, stdout=out, stderr=subprocess.STDOUT, text=True, **kwargs)
+
+    def output(self) -> str:
+        """What the command printed so far."""
+        try:
+            return self.output_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def communicate(self, input=None, timeout=None):
+        self.wait(timeout)
+        out = self.output()
+        self.output_path.unlink(missing_ok=True)
+        return out, None
