@@ -95,8 +95,16 @@ def one_pass_kernel():
     return master_kernel.load()
 
 
+@pytest.fixture(scope="session")
+def hash_dropout_kernel():
+    """(kernel, where or why not) of dropout_mask hash, built like one_pass_kernel."""
+    from workflow.scripts.train import dropout_kernel
+
+    return dropout_kernel.load()
+
+
 @pytest.fixture(autouse=True)
-def unit_tests_start_no_process(request, monkeypatch, matplotlib_font_cache, one_pass_kernel):
+def unit_tests_start_no_process(request, monkeypatch, matplotlib_font_cache, one_pass_kernel, hash_dropout_kernel):
     """tests/unit: no processes (and so no ranks, MPI, namespaces or
     workflow runs); a test that needs one belongs in tests/integration."""
     if lane(request.node) == "unit":

@@ -27,6 +27,7 @@ class Levers:
     padding: str = "auto"
     allreduce: str = "auto"
     optimizer: str = "auto"
+    dropout_mask: str = "auto"
 
     @classmethod
     def of(cls, value: dict | Levers | None) -> Levers:
@@ -119,6 +120,11 @@ RULES: dict[str, Rule] = {
                                                    "torch takes three; torch's arithmetic without its fused "
                                                    "multiply-adds; torch where no C compiler builds it"),
                       exact=False),
+    "dropout_mask": Rule("stored", _always("hash", "the keep-mask from a hash of the element's index in one C "
+                                                   "pass, recomputed in backward instead of drawn, stored and "
+                                                   "read back; p exact to 1/65536; stored where no C compiler "
+                                                   "builds it"),
+                         needs=(("dropout", "fast"),), exact=False),
 }
 
 

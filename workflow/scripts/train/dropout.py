@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import torch
 
+from workflow.scripts.train import dropout_kernel
+from workflow.scripts.train.dropout_kernel import KernelDropout, SoftmaxDropout, attention_mask_rows
+
 KEEP_SCALE_BITS = 2 ** 31  # random_() on int32 draws uniformly from [0, 2^31)
 NARROW = {16: torch.int16, 8: torch.int8}
 
@@ -26,12 +29,16 @@ def draws_and_threshold(shape, p: float, bits: int) -> tuple[torch.Tensor, int, 
     return words.view(NARROW[bits])[:count].view(shape), dropped - 2 ** (bits - 1), dropped / 2 ** bits
 
 
-def fast_dropout(input, p: float = 0.5, training: bool = True, inplace: bool = False, bits: int = 32):
-    """F.dropout with the keep-mask from integer draws of `bits` bits."""
+def fast_dropout(input, p: float = 0.5, training: bool = True, inplace: bool = False, bits: int = 32,
+                 kernel=None):
+    """F.dropout with the keep-mask from integer draws of `bits` bits, or,
+    with `kernel` (train/dropout_kernel.py), from its hash in one pass."""
     if not training or p == 0.0:
         return input
     if p == 1.0:
         return input * 0.0
+    if kernel is not None and input.dtype in (torch.bfloat16, torch.float32):
+        return KernelDropout.apply(input, p, kernel)
     draws, threshold, p = draws_and_threshold(input.shape, p, bits)
     if p >= 1.0:
         return input * 0.0
@@ -63,10 +70,10 @@ class FastDropout(torch.nn.Module):
 
     def __init__(self, p: float = 0.5, inplace: bool = False, bits: int = 32):
         super().__init__()
-        self.p, self.inplace, self.bits = p, inplace, bits
+        self.p, self.inplace, self.bits, self.kernel = p, inplace, bits, None
 
     def forward(self, input):
-        return fast_dropout(input, self.p, self.training, self.inplace, self.bits)
+        return fast_dropout(input, self.p, self.training, self.inplace, self.bits, self.kernel)
 
 
 def fast_dropout_modules(model) -> str | None:
@@ -94,6 +101,12 @@ def _eager_fast_dropout(module, query, key, value, attention_mask, scaling=None,
     if scaling is None:
         scaling = query.size(-1) ** -0.5
     weights = torch.matmul(query, key.transpose(2, 3))
+    kernel = getattr(module, "dropout_kernel", None)  # set by hash_dropout_masks
+    if kernel is not None and getattr(module, "softmax_fp32", False) and weights.dtype == torch.bfloat16:
+        rows = attention_mask_rows(attention_mask, weights)
+        if rows is not None:  # scale, mask, softmax and dropout in one pass (train/dropout_kernel.c)
+            weights = SoftmaxDropout.apply(weights, rows, scaling, dropout if module.training else 0.0, kernel)
+            return torch.matmul(weights, value).transpose(1, 2).contiguous(), weights
     if getattr(module, "softmax_fp32", False):  # set by set_softmax_fp32
         weights = weights * scaling if attention_mask is None else torch.add(attention_mask, weights, alpha=scaling)
         weights = torch.softmax(weights, dim=-1, dtype=torch.float32).to(query.dtype)
@@ -103,7 +116,7 @@ def _eager_fast_dropout(module, query, key, value, attention_mask, scaling=None,
             weights = weights + attention_mask
         weights = torch.softmax(weights, dim=-1)
     bits = getattr(module, "dropout_bits", 32)  # set by set_dropout_bits
-    weights = fast_dropout(weights, p=dropout, training=module.training, bits=bits)
+    weights = fast_dropout(weights, p=dropout, training=module.training, bits=bits, kernel=kernel)
     return torch.matmul(weights, value).transpose(1, 2).contiguous(), weights
 
 
@@ -128,6 +141,22 @@ def set_dropout_bits(model, bits: int) -> str | None:
             module.bits = bits
         else:  # attention modules: read by the fast eager attention
             module.dropout_bits = bits
+    return None
+
+
+def hash_dropout_masks(model) -> str | None:
+    """Have the model's fast dropout (modules and attention) take its masks
+    from the one-pass kernel (train/dropout_kernel.py), where it builds."""
+    if not any(isinstance(m, FastDropout) for m in model.modules()):
+        return "dropout is torch's (train.speed.dropout)"
+    kernel, why = dropout_kernel.load()
+    if kernel is None:
+        return why
+    for module in model.modules():
+        if isinstance(module, FastDropout):
+            module.kernel = kernel
+        else:  # attention modules: read by the fast eager attention
+            module.dropout_kernel = kernel
     return None
 
 

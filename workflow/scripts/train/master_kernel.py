@@ -7,10 +7,7 @@ a failed build, a build whose bits are not float_step's); training then
 keeps the three-pass path. Every build must compute the same bits (each
 DDP rank updates its own replica), so each is checked against float_step
 when it loads.
-The build goes to $CPUDDP_KERNEL_CACHE or ~/.cache/cpuddp/kernels, in a
-folder named by the sha256 of the source, the flags and the compiler's
-`--version`, written under a temporary name and renamed into place, so
-ranks building at once do not trip over each other.
+The build and its cache: train/kernel_build.py.
 
 ctypes releases the GIL during a call: with more than one torch thread the
 calls run on that many Python threads, big tensors cut into chunks of
@@ -22,24 +19,16 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import hashlib
 import math
-import os
-import shlex
-import shutil
-import subprocess
-import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy
 import torch
 
+from workflow.scripts.train import kernel_build
+
 SOURCE = Path(__file__).with_name("master_adamw.c")
-# -ffp-contract=off: no multiply and add fused by the compiler, so every
-# target clone (and CPU) computes the same bits; -fno-math-errno lets sqrtf
-# vectorise. No -march: target_clones picks the ISA at run time.
-FLAGS = ("-O3", "-shared", "-fPIC", "-fno-math-errno", "-ffp-contract=off")
 CHUNK = 1 << 20  # elements per call: a multiple of the sum's 16 lanes
 ARGS = ("decay", "exp_avg_weight", "beta2", "exp_avg_sq_weight", "eps", "step_size", "bias_correction2_sqrt",
         "grad_scale")
@@ -61,50 +50,21 @@ def adamw_args(lr: float, beta1: float, beta2: float, weight_decay: float, eps: 
                      math.sqrt(bias_correction2), grad_scale)
 
 
-def _cache_root() -> Path:
-    return Path(os.environ.get("CPUDDP_KERNEL_CACHE") or Path.home() / ".cache" / "cpuddp" / "kernels")
-
-
 def build(cc: str | None = None, cache: Path | None = None) -> tuple[Kernel | None, str]:
     """Compile (unless cached) and load the kernel with compiler `cc`
     ($CC, else cc): (kernel, where it is) or (None, why not)."""
-    command = shlex.split(cc or os.environ.get("CC") or "cc")
-    if not command or shutil.which(command[0]) is None:
-        return None, f"no C compiler ({' '.join(command) or 'CC is empty'} not found; set CC)"
-    try:
-        version = subprocess.run([*command, "--version"], capture_output=True, text=True, timeout=60).stdout
-        key = hashlib.sha256(SOURCE.read_bytes() + " ".join([*command, *FLAGS, version]).encode()).hexdigest()
-        folder = (cache or _cache_root()) / key[:16]
-        target = folder / "master_adamw.so"
-        if not target.exists():
-            folder.mkdir(parents=True, exist_ok=True)
-            handle, temporary = tempfile.mkstemp(dir=folder, prefix=".build-", suffix=".so")
-            os.close(handle)
-            done = subprocess.run([*command, *FLAGS, "-o", temporary, str(SOURCE), "-lm"], capture_output=True,
-                                  text=True, timeout=300)
-            if done.returncode:
-                os.unlink(temporary)
-                lines = done.stderr.strip().splitlines() or ["no output"]
-                first = next((line for line in lines if "error" in line), lines[-1])
-                return None, f"{' '.join(command)} could not build {SOURCE.name}: {first}"
-            os.replace(temporary, target)
-        kernel = Kernel(ctypes.CDLL(str(target)))
-    except (OSError, subprocess.SubprocessError) as error:
-        return None, f"{SOURCE.name} could not be built or loaded: {error}"
+    lib, where = kernel_build.compile_and_load(SOURCE, cc, cache)
+    if lib is None:
+        return None, where
+    kernel = Kernel(lib)
     if not kernel.computes_the_float_step():
-        return None, f"{target} computes other bits than the float arithmetic it implements (a fast-math compiler?)"
-    return kernel, str(target)
-
-
-_LOADED: dict[tuple, tuple] = {}
+        return None, f"{where} computes other bits than the float arithmetic it implements (a fast-math compiler?)"
+    return kernel, where
 
 
 def load() -> tuple[Kernel | None, str]:
     """build() once per process for this $CC and cache folder."""
-    key = (os.environ.get("CC"), os.environ.get("CPUDDP_KERNEL_CACHE"))
-    if key not in _LOADED:
-        _LOADED[key] = build()
-    return _LOADED[key]
+    return kernel_build.once(SOURCE, build)
 
 
 @functools.cache

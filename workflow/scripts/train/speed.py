@@ -16,6 +16,12 @@ step, not what it computes:
   (the generator's calls are the cost): p is then exact to 1/65536 (0.1
   becomes 0.100006, and the scale follows it). Not bit for bit the 32-bit
   masks: judged by accuracy over seeds (bench/accuracy_seeds.py).
+- dropout_mask `hash`: fast dropout's keep-mask from a hash of the
+  element's index and a seed (one int64 from torch's generator per call,
+  so seeds and resume work as before), applied in one C pass and
+  recomputed in backward, where torch's path draws, compares, stores and
+  reads back a mask (train/dropout_kernel.c). p exact to 1/65536; other
+  masks, judged by accuracy over seeds.
 - attention `eager`: with attention dropout in training, PyTorch's CPU
   scaled_dot_product_attention falls back to its unfused math path, which
   is slower than transformers' eager attention; without dropout, sdpa.
@@ -74,7 +80,7 @@ from torch.nn.utils import clip_grads_with_norm_, get_total_norm
 
 from workflow.scripts.train import master_kernel, node_allreduce
 from workflow.scripts.train.embedding_grad import GradPool, reuse_embedding_grad
-from workflow.scripts.train.dropout import fast_dropout_modules, set_dropout_bits, set_softmax_fp32
+from workflow.scripts.train.dropout import fast_dropout_modules, hash_dropout_masks, set_dropout_bits, set_softmax_fp32
 from workflow.scripts.train.unpad import LAYER_PARTS, has_path, unpad_encoder
 
 # Heads that read only the first token of the last hidden state, on
@@ -170,6 +176,10 @@ def _dropout_bits(model, value: str, parts: Parts) -> str | None:
     return set_dropout_bits(model, int(value))
 
 
+def _dropout_mask(model, value: str, parts: Parts) -> str | None:
+    return hash_dropout_masks(model)
+
+
 def _last_layer(model, value: str, parts: Parts) -> str | None:
     return "question answering reads every token" if parts.is_qa else first_token_last_layer(model)
 
@@ -212,7 +222,8 @@ def _embedding_allreduce(model, value: str, parts: Parts) -> str | None:
 # rule's `off` (common/levers.py), in this order (attention before dropout,
 # which swaps the attention's implementation for its own; dropout before
 # the width of its draws and the softmax of its attention).
-APPLY = {"attention": _attention, "dropout": _dropout, "dropout_bits": _dropout_bits, "last_layer": _last_layer,
+APPLY = {"attention": _attention, "dropout": _dropout, "dropout_bits": _dropout_bits,
+         "dropout_mask": _dropout_mask, "last_layer": _last_layer,
          "padding": _padding, "embedding_grad": _embedding_grad, "embedding_allreduce": _embedding_allreduce,
          "softmax": _softmax, "allreduce": _allreduce, "optimizer": _optimizer}
 

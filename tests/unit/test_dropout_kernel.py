@@ -1,0 +1,142 @@
+"""The one-pass dropout of train.speed.dropout_mask `hash`
+(train/dropout_kernel.c): the mask its definition gives, p and the mean
+kept, the same mask forward and backward, the same result on any number of
+threads, seeds from torch's generator, and a clear reason without a compiler."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from helpers.tiny_encoders import tiny
+from workflow.scripts.train import dropout as dropout_lever
+from workflow.scripts.train import dropout_kernel, master_kernel
+
+
+@pytest.fixture(autouse=True)
+def kernel(hash_dropout_kernel):
+    if hash_dropout_kernel[0] is None:
+        pytest.skip(f"the dropout kernel did not build: {hash_dropout_kernel[1]}")
+    return hash_dropout_kernel[0]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_mask_is_its_definition_and_kept_elements_are_scaled_as_torch_rounds(kernel, dtype):
+    x = torch.randn(3, 1000, 77).to(dtype)  # not a multiple of any vector width
+    seed, threshold = 0xDEADBEEF12345678, dropout_kernel.dropped(0.1)
+    y = kernel.dropout(x, seed, threshold, 1.25)
+    keep = dropout_kernel.keep_reference(x.numel(), seed, threshold).view(x.shape)
+    assert torch.equal(y, torch.where(keep, x * 1.25, 0.0).to(dtype))
+
+
+def test_p_and_the_mean_are_kept_and_neighbours_are_independent(kernel):
+    torch.manual_seed(0)
+    for p in (0.1, 0.5):
+        out = dropout_lever.fast_dropout(torch.ones(1000, 1000), p, kernel=kernel)
+        kept = out != 0
+        assert abs(1 - kept.float().mean().item() - p) < 0.002  # 1e6 draws: the standard error is 0.0005
+        assert abs(out.mean().item() - 1.0) < 0.005
+        both = (kept[:, 1:] & kept[:, :-1]).float().mean().item()
+        assert abs(both - (1 - p) ** 2) < 0.003  # adjacent elements: no correlation
+
+
+def test_backward_drops_the_same_elements_with_the_same_scale(kernel):
+    x = torch.randn(64, 384, dtype=torch.bfloat16, requires_grad=True)
+    grad = torch.randn(64, 384, dtype=torch.bfloat16)
+    y = dropout_lever.fast_dropout(x, 0.1, kernel=kernel)
+    y.backward(grad)
+    kept = y != 0
+    scale = 1 / (1 - dropout_kernel.dropped(0.1) / 2 ** 16)
+    assert torch.equal(x.grad, torch.where(kept, grad * scale, 0.0).bfloat16())
+
+
+def test_the_same_result_on_one_thread_or_two_and_seeds_follow_torch(kernel):
+    x = torch.randn(3 * master_kernel.CHUNK + 5)  # several chunks, run on two threads
+    threads = torch.get_num_threads()
+    try:
+        results = []
+        for count in (1, 2):
+            torch.set_num_threads(count)
+            torch.manual_seed(7)
+            results.append(dropout_lever.fast_dropout(x, 0.1, kernel=kernel))
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(*results)
+    torch.manual_seed(8)
+    assert not torch.equal(results[0], dropout_lever.fast_dropout(x, 0.1, kernel=kernel))
+
+
+def test_the_lever_reaches_the_modules_and_the_attention_and_trains():
+    model = tiny("Bert", "eager")
+    assert dropout_lever.hash_dropout_masks(model) == "dropout is torch's (train.speed.dropout)"
+    dropout_lever.fast_dropout_modules(model)
+    assert dropout_lever.hash_dropout_masks(model) is None
+    assert all(m.kernel is not None for m in model.modules() if isinstance(m, dropout_lever.FastDropout))
+    assert model.bert.encoder.layer[0].attention.self.dropout_kernel is not None
+    model.train()
+    batch = {"input_ids": torch.randint(1, 100, (2, 9)), "labels": torch.tensor([0, 1])}
+    loss = model(**batch).loss
+    loss.backward()
+    assert torch.isfinite(loss) and model.bert.encoder.layer[0].attention.self.query.weight.grad.abs().sum() > 0
+
+
+def test_without_a_compiler_a_reason_and_the_stored_masks(monkeypatch, tmp_path):
+    kernel, why = dropout_kernel.build(cc=str(tmp_path / "no-cc"), cache=tmp_path)
+    assert kernel is None and why.startswith("no C compiler") and "\n" not in why
+    monkeypatch.setenv("CC", str(tmp_path / "no-cc"))
+    model = tiny("Bert", "eager")
+    dropout_lever.fast_dropout_modules(model)
+    assert dropout_lever.hash_dropout_masks(model) == why
+    assert all(m.kernel is None for m in model.modules() if isinstance(m, dropout_lever.FastDropout))
+
+
+def attention_inputs(queries_in_mask: int):
+    torch.manual_seed(0)
+    scores = (torch.randn(3, 4, 7, 37) * 3).bfloat16()
+    mask = torch.zeros(3, 1, queries_in_mask, 37)
+    mask[0, ..., 30:] = torch.finfo(torch.float32).min  # padding, as transformers masks it
+    mask[2, ..., 5:] = torch.finfo(torch.bfloat16).min
+    return scores, mask.bfloat16()
+
+
+@pytest.mark.parametrize("queries_in_mask", [7, 1])
+def test_fused_attention_softmax_is_fp32_softmax_rounded_once_forward_and_backward(kernel, queries_in_mask):
+    scores, mask = attention_inputs(queries_in_mask)
+    ours, theirs = scores.clone().requires_grad_(), scores.float().requires_grad_()
+    out = dropout_kernel.SoftmaxDropout.apply(ours, dropout_kernel.attention_mask_rows(mask, scores), 0.125, 0.0,
+                                              kernel)
+    want = torch.softmax(torch.add(mask.float(), theirs, alpha=0.125), -1)
+    assert out.dtype == torch.bfloat16 and (out.float() - want).abs().max() < 2e-3  # bf16 rounding of p <= 1
+    assert (out == want.bfloat16()).float().mean() > 0.999  # exp within 2 ulp: a rare tie rounds the other way
+    grad = torch.randn(scores.shape).bfloat16()
+    out.backward(grad)
+    want.backward(grad.float())
+    assert (ours.grad.float() - theirs.grad).abs().max() < 2e-2 * theirs.grad.abs().max()
+
+
+def test_fused_attention_dropout_keeps_the_scaled_probabilities_and_the_same_mask_backward(kernel):
+    scores, mask = attention_inputs(7)
+    rows = dropout_kernel.attention_mask_rows(mask, scores)
+    probs = dropout_kernel.SoftmaxDropout.apply(scores, rows, 0.125, 0.0, kernel)
+    ours = scores.clone().requires_grad_()
+    out = dropout_kernel.SoftmaxDropout.apply(ours, rows, 0.125, 0.5, kernel)
+    kept = out != 0
+    scale = dropout_kernel.keep_scale(0.5)
+    error = (out[kept].float() - probs[kept].float() * scale).abs() / out[kept].float().abs()
+    assert error.max() <= 2 ** -7  # both rounded once from the same fp32 probability
+    live = probs != 0
+    assert 0.45 < (kept & live).sum() / live.sum() < 0.55
+    # backward: the gradient of the dropped probabilities is zero, so the
+    # scores' gradient is -y * sum(dy * y) there: recompute it from the mask
+    grad = torch.randn(scores.shape).bfloat16()
+    out.backward(grad)
+    y = probs.float()
+    dy = torch.where(kept, grad.float() * scale, 0.0)
+    want = y * (dy - (dy * y).sum(-1, keepdim=True)) * 0.125
+    assert (ours.grad.float() - want).abs().max() < 1e-2 * want.abs().max()
+
+
+def test_per_head_masks_take_the_unfused_path():
+    scores = torch.zeros(2, 4, 5, 5).bfloat16()
+    assert dropout_kernel.attention_mask_rows(torch.zeros(2, 4, 5, 5), scores) is None
+    assert dropout_kernel.attention_mask_rows(None, scores).shape == (2, 1, 5)
