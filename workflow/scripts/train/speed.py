@@ -81,7 +81,7 @@ from torch.nn.utils import clip_grads_with_norm_, get_total_norm
 from workflow.scripts.train import master_kernel, node_allreduce
 from workflow.scripts.train.embedding_grad import GradPool, reuse_embedding_grad
 from workflow.scripts.train.dropout import fast_dropout_modules, hash_dropout_masks, set_dropout_bits, set_softmax_fp32
-from workflow.scripts.train.unpad import LAYER_PARTS, has_path, unpad_encoder
+from workflow.scripts.train.unpad import bert_style_layers, unpad_encoder
 
 # Heads that read only the first token of the last hidden state, on
 # encoders whose layers are BERT's (attention.self.query ... output.dense).
@@ -93,16 +93,10 @@ FIRST_TOKEN_HEADS = ("BertForSequenceClassification", "RobertaForSequenceClassif
 def first_token_last_layer(model) -> str | None:
     """Make the model's last encoder layer compute its first token only;
     None when done, else why it cannot (the model is left as it was)."""
-    name = type(model).__name__
-    if name not in FIRST_TOKEN_HEADS:
-        return f"{name} is not a first-token classification head of a BERT-style encoder"
-    config = model.config
-    if config.is_decoder or getattr(config, "add_cross_attention", False):
-        return f"{name} is a decoder"
-    layer = getattr(model, model.base_model_prefix).encoder.layer[-1]
-    missing = [p for p in LAYER_PARTS if not has_path(layer, p)]
-    if missing:  # another transformers version laid the layer out otherwise
-        return f"{type(layer).__name__} has no {', '.join(missing)}"
+    layers, why_not = bert_style_layers(model, FIRST_TOKEN_HEADS, "first-token classification head")
+    if why_not:
+        return why_not
+    layer = layers[-1]
     layer.forward = types.MethodType(_first_token_forward, layer)
     layer.first_token_only = True  # read by the padding lever (train/unpad.py)
     return None

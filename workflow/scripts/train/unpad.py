@@ -33,26 +33,35 @@ LAYER_PARTS = ("attention.self.query", "attention.self.key", "attention.self.val
                "feed_forward_chunk")
 
 
-def unpad_encoder(model) -> str | None:
-    """Make the model's encoder layers compute on real tokens only; None
-    when done, else why it cannot (the model is left as it was)."""
+def bert_style_layers(model, heads: tuple[str, ...], kind: str) -> tuple[list | None, str | None]:
+    """(the encoder layers, None) of a `heads` model whose layers are laid
+    out as LAYER_PARTS names, or (None, why not)."""
     name = type(model).__name__
-    if name not in HEADS:
-        return f"{name} is not a classification or question-answering head of a BERT-style encoder"
+    if name not in heads:
+        return None, f"{name} is not a {kind} of a BERT-style encoder"
     config = model.config
     if config.is_decoder or getattr(config, "add_cross_attention", False):
-        return f"{name} is a decoder"
+        return None, f"{name} is a decoder"
     base = getattr(model, model.base_model_prefix)
-    encoder = getattr(base, "encoder", None)
-    layers = getattr(encoder, "layer", None)
+    layers = getattr(getattr(base, "encoder", None), "layer", None)
     if not layers:
-        return f"{type(base).__name__} has no encoder.layer"
+        return None, f"{type(base).__name__} has no encoder.layer"
     for layer in layers:
         missing = [p for p in LAYER_PARTS if not has_path(layer, p)]
         if missing:  # another transformers version laid the layer out otherwise
-            return f"{type(layer).__name__} has no {', '.join(missing)}"
+            return None, f"{type(layer).__name__} has no {', '.join(missing)}"
+    return list(layers), None
+
+
+def unpad_encoder(model) -> str | None:
+    """Make the model's encoder layers compute on real tokens only; None
+    when done, else why it cannot (the model is left as it was)."""
+    _, why_not = bert_style_layers(model, HEADS, "classification or question-answering head")
+    if why_not:
+        return why_not
+    base = getattr(model, model.base_model_prefix)
     base.register_forward_pre_hook(_stash_padding, with_kwargs=True)
-    encoder.forward = types.MethodType(_encoder_forward, encoder)
+    base.encoder.forward = types.MethodType(_encoder_forward, base.encoder)
     return None
 
 
