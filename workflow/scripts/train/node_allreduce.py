@@ -30,6 +30,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from workflow.scripts.launch.supervise import pid_alive
+
 CHUNK_BYTES = 8 << 20  # per rank; a chunk is copied in, added, then the slots are free again
 LINE = 64  # bytes per rank's counter: one cache line each, so ranks never write the same line
 SHM = Path("/dev/shm")
@@ -79,24 +81,13 @@ class NodeAllReduce:
     def _check_peers(self, started: float) -> None:
         late = [r for r in range(self.world) if self.counters[r] < self.epoch]
         for r in late:
-            if not _alive(self.pids[r]):
+            if not pid_alive(self.pids[r]):  # a zombie counts as dead
                 raise RuntimeError(f"rank {r} (pid {self.pids[r]}) died during the shared-memory gradient "
                                    "all-reduce; see its log")
         if time.monotonic() - started > self.timeout_s:
             raise RuntimeError(f"rank(s) {', '.join(map(str, late))} did not reach the shared-memory gradient "
                                f"all-reduce within {self.timeout_s / 60:.0f} min (distributed.timeout_minutes); "
                                "see their logs")
-
-
-def _alive(pid: int) -> bool:
-    """Running: a zombie (dead, not yet reaped by its parent) is not."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    except OSError:
-        return True
-    return stat.rsplit(")", 1)[-1].split()[0] not in ("Z", "X")
 
 
 def _boot_id() -> str:
