@@ -18,7 +18,8 @@ from pathlib import Path
 
 import torch
 
-from workflow.scripts.train import kernel_build, master_kernel
+from workflow.scripts.train import kernel_build
+from workflow.scripts.train.kernel_build import CHUNK, run
 
 SOURCE = Path(__file__).with_name("dropout_kernel.c")
 BITS = 16  # p is exact to 1/2^16
@@ -44,10 +45,10 @@ class Kernel:
         x = x.contiguous()
         y = torch.empty_like(x)
         function, size = self.functions[x.dtype], x.element_size()
-        calls = [(function, (x.data_ptr() + start * size, y.data_ptr() + start * size, min(master_kernel.CHUNK,
-                 x.numel() - start), seed, start, dropped, scale), min(master_kernel.CHUNK, x.numel() - start), (x, y))
-                 for start in range(0, x.numel(), master_kernel.CHUNK)]
-        master_kernel.run(calls)
+        calls = [(function, (x.data_ptr() + start * size, y.data_ptr() + start * size, min(CHUNK,
+                 x.numel() - start), seed, start, dropped, scale), min(CHUNK, x.numel() - start), (x, y))
+                 for start in range(0, x.numel(), CHUNK)]
+        run(calls)
         return y
 
     def softmax_dropout(self, scores: torch.Tensor, mask: torch.Tensor, scaling: float, seed: int, dropped: int,
@@ -62,7 +63,7 @@ class Kernel:
                                       heads, queries, mask.shape[1], scaling, seed, dropped, keep_scale,
                                       probs.data_ptr() + first * keys * 2, out.data_ptr() + first * keys * 2),
                   rows * keys, (scores, mask, out, probs)) for first, rows in _row_chunks(scores)]
-        master_kernel.run(calls)
+        run(calls)
         return out, probs
 
     def softmax_dropout_backward(self, grad: torch.Tensor, probs: torch.Tensor, scaling: float, seed: int,
@@ -75,7 +76,7 @@ class Kernel:
                                        first, rows, keys, scaling, seed, dropped, keep_scale,
                                        out.data_ptr() + first * keys * 2), rows * keys, (grad, probs, out))
                  for first, rows in _row_chunks(probs)]
-        master_kernel.run(calls)
+        run(calls)
         return out
 
     def agrees_with_its_definition(self) -> bool:
@@ -92,7 +93,7 @@ class Kernel:
 def _row_chunks(scores: torch.Tensor) -> list[tuple[int, int]]:
     """(first row, rows) per call: whole rows, about CHUNK elements each."""
     rows, keys = scores.numel() // scores.shape[-1], scores.shape[-1]
-    per_call = max(1, master_kernel.CHUNK // max(keys, 1))
+    per_call = max(1, CHUNK // max(keys, 1))
     return [(first, min(per_call, rows - first)) for first in range(0, rows, per_call)]
 
 

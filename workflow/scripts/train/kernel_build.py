@@ -7,23 +7,32 @@ folder named by the sha256 of the source, the flags and the compiler's
 ranks building at once do not trip over each other. A kernel that cannot
 be built gives a one-line reason, never an exception: training then takes
 torch's path and the log says why.
+
+ctypes releases the GIL during a call: with more than one torch thread the
+calls run on that many Python threads (run()), big tensors cut into chunks
+of CHUNK elements.
 """
 
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import os
 import shlex
 import shutil
 import subprocess
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+import torch
 
 # -ffp-contract=off: no multiply and add fused by the compiler, so every
 # target clone (and CPU) computes the same bits; -fno-math-errno lets sqrtf
 # vectorise. No -march: target_clones picks the ISA at run time.
 FLAGS = ("-O3", "-shared", "-fPIC", "-fno-math-errno", "-ffp-contract=off")
+CHUNK = 1 << 20  # elements per call: a multiple of the sum's 16 lanes
 
 
 def cache_root() -> Path:
@@ -67,3 +76,29 @@ def once(source: Path, build) -> tuple:
     if key not in _LOADED:
         _LOADED[key] = build()
     return _LOADED[key]
+
+
+@functools.cache
+def _pool(workers: int) -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=workers, thread_name_prefix="cpuddp-kernel")
+
+
+def run(calls: list) -> list:
+    """Every call's result, in order, for calls (function, arguments,
+    elements, the tensors it reads and writes, held until it is done): on
+    torch's thread count of Python threads (ctypes releases the GIL in a
+    call), in jobs of consecutive calls of about CHUNK elements, or in this
+    thread."""
+    workers = torch.get_num_threads()
+    if workers == 1 or len(calls) < 2:
+        return [function(*args) for function, args, *_ in calls]
+    jobs, job, size = [], [], 0
+    for call in calls:
+        job.append(call)
+        size += call[2]
+        if size >= CHUNK:
+            jobs.append(job)
+            job, size = [], 0
+    jobs += [job] if job else []
+    done = _pool(workers).map(lambda job: [function(*args) for function, args, *_ in job], jobs)
+    return [result for results in done for result in results]

@@ -18,18 +18,16 @@ every result is the same bits on one thread or several.
 from __future__ import annotations
 
 import ctypes
-import functools
 import math
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy
 import torch
 
 from workflow.scripts.train import kernel_build
+from workflow.scripts.train.kernel_build import CHUNK, run
 
 SOURCE = Path(__file__).with_name("master_adamw.c")
-CHUNK = 1 << 20  # elements per call: a multiple of the sum's 16 lanes
 ARGS = ("decay", "exp_avg_weight", "beta2", "exp_avg_sq_weight", "eps", "step_size", "bias_correction2_sqrt",
         "grad_scale")
 
@@ -65,11 +63,6 @@ def build(cc: str | None = None, cache: Path | None = None) -> tuple[Kernel | No
 def load() -> tuple[Kernel | None, str]:
     """build() once per process for this $CC and cache folder."""
     return kernel_build.once(SOURCE, build)
-
-
-@functools.cache
-def _pool(workers: int) -> ThreadPoolExecutor:
-    return ThreadPoolExecutor(max_workers=workers, thread_name_prefix="cpuddp-adamw")
 
 
 def _check(tensor: torch.Tensor, dtype: torch.dtype, name: str) -> None:
@@ -155,24 +148,3 @@ def _chunks(tensors: tuple) -> list[tuple[list[int], int]]:
     n = tensors[0].numel()
     bases = [(t.data_ptr(), t.element_size()) for t in tensors]
     return [([base + start * size for base, size in bases], min(CHUNK, n - start)) for start in range(0, n, CHUNK)]
-
-
-def run(calls: list) -> list:
-    """Every call's result, in order, for calls (function, arguments,
-    elements, the tensors it reads and writes, held until it is done): on
-    torch's thread count of Python threads (ctypes releases the GIL in a
-    call), in jobs of consecutive calls of about CHUNK elements, or in this
-    thread."""
-    workers = torch.get_num_threads()
-    if workers == 1 or len(calls) < 2:
-        return [function(*args) for function, args, *_ in calls]
-    jobs, job, size = [], [], 0
-    for call in calls:
-        job.append(call)
-        size += call[2]
-        if size >= CHUNK:
-            jobs.append(job)
-            job, size = [], 0
-    jobs += [job] if job else []
-    done = _pool(workers).map(lambda job: [function(*args) for function, args, *_ in job], jobs)
-    return [result for results in done for result in results]
