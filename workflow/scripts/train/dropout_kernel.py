@@ -1,7 +1,9 @@
-"""The one-pass dropout of train.speed.dropout `kernel`
+"""The one-pass dropout of train.speed.dropout_mask `hash`
 (train/dropout_kernel.c): built with the system C compiler on first use
-(train/kernel_build.py), loaded with ctypes, wrapped in an autograd
-function whose backward is the same kernel on the gradient.
+(train/kernel_build.py), loaded with ctypes, wrapped in autograd
+functions whose backward recomputes the mask from the same seed: dropout
+alone (KernelDropout), and the attention's scale, mask, softmax and
+dropout in one pass (SoftmaxDropout, with softmax fp32).
 
 The seed of each call is drawn from torch's generator (one int64), so a
 run's masks follow from torch.manual_seed and a checkpoint's RNG state,
