@@ -131,33 +131,34 @@ def _register_attention() -> None:
 _register_attention()
 
 
+def _why_not_fast(model) -> str | None:
+    fast = any(isinstance(m, FastDropout) for m in model.modules())
+    return None if fast else "dropout is torch's (train.speed.dropout)"
+
+
+def _set_on_fast_dropout(model, name: str, attention_name: str, value) -> str | None:
+    """Set `value` as `name` on the model's FastDropout modules and as
+    `attention_name` on its other modules (the fast eager attention reads
+    it from its attention module); why not where dropout is torch's."""
+    if why_not := _why_not_fast(model):
+        return why_not
+    for module in model.modules():
+        setattr(module, name if isinstance(module, FastDropout) else attention_name, value)
+    return None
+
+
 def set_dropout_bits(model, bits: int) -> str | None:
     """Draw the model's fast dropout masks from `bits`-bit integers."""
-    fast = [m for m in model.modules() if isinstance(m, FastDropout)]
-    if not fast:
-        return "dropout is torch's (train.speed.dropout)"
-    for module in model.modules():
-        if isinstance(module, FastDropout):
-            module.bits = bits
-        else:  # attention modules: read by the fast eager attention
-            module.dropout_bits = bits
-    return None
+    return _set_on_fast_dropout(model, "bits", "dropout_bits", bits)
 
 
 def hash_dropout_masks(model) -> str | None:
     """Have the model's fast dropout (modules and attention) take its masks
     from the one-pass kernel (train/dropout_kernel.py), where it builds."""
-    if not any(isinstance(m, FastDropout) for m in model.modules()):
-        return "dropout is torch's (train.speed.dropout)"
+    if why_not := _why_not_fast(model):  # before the kernel is built
+        return why_not
     kernel, why = dropout_kernel.load()
-    if kernel is None:
-        return why
-    for module in model.modules():
-        if isinstance(module, FastDropout):
-            module.kernel = kernel
-        else:  # attention modules: read by the fast eager attention
-            module.dropout_kernel = kernel
-    return None
+    return why if kernel is None else _set_on_fast_dropout(model, "kernel", "dropout_kernel", kernel)
 
 
 def set_softmax_fp32(model) -> str | None:
