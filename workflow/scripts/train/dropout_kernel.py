@@ -129,13 +129,8 @@ def keep_reference(n: int, seed: int, threshold: int) -> torch.Tensor:
 
 
 def build(cc: str | None = None, cache: Path | None = None) -> tuple[Kernel | None, str]:
-    lib, where = kernel_build.compile_and_load(SOURCE, cc, cache)
-    if lib is None:
-        return None, where
-    kernel = Kernel(lib)
-    if not kernel.agrees_with_its_definition():
-        return None, f"{where} drops other elements than its definition (a miscompiled build?)"
-    return kernel, where
+    return kernel_build.build_checked(SOURCE, Kernel, Kernel.agrees_with_its_definition,
+                                      "drops other elements than its definition (a miscompiled build?)", cc, cache)
 
 
 def load() -> tuple[Kernel | None, str]:

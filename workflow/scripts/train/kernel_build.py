@@ -67,6 +67,20 @@ def compile_and_load(source: Path, cc: str | None = None, cache: Path | None = N
         return None, f"{source.name} could not be built or loaded: {error}"
 
 
+
+def build_checked(source: Path, wrap, sound, refusal: str, cc: str | None = None,
+                  cache: Path | None = None) -> tuple:
+    """(wrap(library), its path), or (None, why not): built by
+    compile_and_load, refused with "<path> <refusal>" unless the wrapper's
+    `sound(kernel)` says the build computes what it defines."""
+    lib, where = compile_and_load(source, cc, cache)
+    if lib is None:
+        return None, where
+    kernel = wrap(lib)
+    if not sound(kernel):
+        return None, f"{where} {refusal}"
+    return kernel, where
+
 _LOADED: dict[tuple, tuple] = {}
 
 

@@ -51,13 +51,8 @@ def adamw_args(lr: float, beta1: float, beta2: float, weight_decay: float, eps: 
 def build(cc: str | None = None, cache: Path | None = None) -> tuple[Kernel | None, str]:
     """Compile (unless cached) and load the kernel with compiler `cc`
     ($CC, else cc): (kernel, where it is) or (None, why not)."""
-    lib, where = kernel_build.compile_and_load(SOURCE, cc, cache)
-    if lib is None:
-        return None, where
-    kernel = Kernel(lib)
-    if not kernel.computes_the_float_step():
-        return None, f"{where} computes other bits than the float arithmetic it implements (a fast-math compiler?)"
-    return kernel, where
+    return kernel_build.build_checked(SOURCE, Kernel, Kernel.computes_the_float_step, "computes other bits than the "
+                                      "float arithmetic it implements (a fast-math compiler?)", cc, cache)
 
 
 def load() -> tuple[Kernel | None, str]:
