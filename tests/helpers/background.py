@@ -9,21 +9,31 @@ where ranks log more steps before a fault is injected).
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import tempfile
 from pathlib import Path
 
 
 class Background(subprocess.Popen):
-    """subprocess.Popen with stdout and stderr in one temporary file;
-    communicate() waits and returns (that output, None)."""
+    """subprocess.Popen with stdout and stderr in one temporary file, in a
+    session of its own; communicate() waits and returns (that output, None).
+    As a context manager it kills whatever of the session still runs on the
+    way out, so a failing test leaves no Snakemake, launcher or rank behind."""
 
     def __init__(self, argv, **kwargs):
         fd, name = tempfile.mkstemp(prefix="cpuddp-output-", suffix=".log")
         self.output_path = Path(name)
         with os.fdopen(fd, "w") as out:
-            super().__init__(argv, stdout=out, stderr=subprocess.STDOUT, text=True, **kwargs)
+            super().__init__(argv, stdout=out, stderr=subprocess.STDOUT, text=True, start_new_session=True, **kwargs)
+
+    def __exit__(self, *exc) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.pid, signal.SIGKILL)  # the whole session: its ranks too
+        self.wait()
+        self.output_path.unlink(missing_ok=True)
 
     def output(self) -> str:
         """What the command printed so far."""

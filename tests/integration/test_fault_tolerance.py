@@ -53,11 +53,11 @@ def test_killed_rank_stops_the_job_and_rerun_resumes_exactly(tmp_path, tiny_mode
     argv = [str(BIN / "snakemake"), "--snakefile", str(REPO / "Snakefile"), "-d", str(broken),
             "--profile", str(REPO / "profiles/local"), "--cores", "2", "--configfile", str(configfile)]
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
-    job = Background(argv, env=env)
-    wait_for(broken / RUN / "checkpoints/step-00000040/COMPLETE")
-    os.kill(rank_pid(1), signal.SIGKILL)
-    started = time.time()
-    out, _ = job.communicate(timeout=300)
+    with Background(argv, env=env) as job:
+        wait_for(broken / RUN / "checkpoints/step-00000040/COMPLETE")
+        os.kill(rank_pid(1), signal.SIGKILL)
+        started = time.time()
+        out, _ = job.communicate(timeout=300)
     assert job.returncode != 0
     assert time.time() - started < 120, "a dead rank must stop the job quickly"
     assert "rank 1 on " in out and "died without an exit status" in out, out[-3000:]

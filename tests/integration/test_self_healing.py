@@ -113,13 +113,13 @@ def run_with_faults(work: Path, model: Path, faults: list[str], seed: int) -> tu
     rng = random.Random(seed)
     steps = sorted(rng.sample(range(20, 181, 20), len(faults)))
     started = time.time()
-    job = start(work, model, retries=len(faults))
-    after = started
-    for fault, step in zip(faults, steps):
-        wait_for_checkpoint(work, step, after, job)
-        after = time.time()
-        inject(fault, work, rng)
-    out, _ = job.communicate(timeout=900)
+    with start(work, model, retries=len(faults)) as job:
+        after = started
+        for fault, step in zip(faults, steps):
+            wait_for_checkpoint(work, step, after, job)
+            after = time.time()
+            inject(fault, work, rng)
+        out, _ = job.communicate(timeout=900)
     assert job.returncode == 0, out[-4000:]
     tries = json.loads((work / RUN / "tries.json").read_text())
     return digest(work), tries, time.time() - started
