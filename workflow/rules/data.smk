@@ -17,9 +17,9 @@ if (CONFIG["data"] or {}).get("generate") and CONFIG["data"].get("glue_dir"):
             settings=CONFIG["data"]["generate"],
             out=CONFIG["data"]["glue_dir"],
         shell:
-            "python -m workflow.scripts.data.demo --task glue --tasks {params.tasks} --out {params.out:q}"
-            " --train {params.settings[train]} --dev {params.settings[validation]}"
-            " --seed {params.settings[seed]} 2> {log}"
+            "python -m workflow.scripts.data.demo --task glue --tasks {params.tasks:q} --out {params.out:q}"
+            " --train {params.settings[train]:q} --dev {params.settings[validation]:q}"
+            " --seed {params.settings[seed]:q} 2> {log:q}"
 
 elif (CONFIG["data"] or {}).get("generate"):
 
@@ -35,9 +35,9 @@ elif (CONFIG["data"] or {}).get("generate"):
             task=CONFIG["task"],
             settings=CONFIG["data"]["generate"],
         shell:
-            "python -m workflow.scripts.data.demo --task {params.task} --out $(dirname {output.train:q})"
-            " --train {params.settings[train]} --dev {params.settings[validation]}"
-            " --seed {params.settings[seed]} 2> {log}"
+            "python -m workflow.scripts.data.demo --task {params.task:q} --out $(dirname {output.train:q})"
+            " --train {params.settings[train]:q} --dev {params.settings[validation]:q}"
+            " --seed {params.settings[seed]:q} 2> {log:q}"
 
 
 rule data_load:
@@ -51,7 +51,7 @@ rule data_load:
     conda:
         "../../envs/cpuddp.yaml"
     shell:
-        "python -m workflow.scripts.data.load --config {input.cfg} --out {output} 2> {log}"
+        "python -m workflow.scripts.data.load --config {input.cfg:q} --out {output:q} 2> {log:q}"
 
 
 # A Hub model is fetched once here, on the launch (or Slurm login) node,
@@ -70,7 +70,7 @@ if HUB_MODELS:
         params:
             model=lambda wc: HUB_MODELS[wc.mkey],
         shell:
-            "python -m workflow.scripts.data.fetch_model --model {params.model} --out {output} 2> {log}"
+            "python -m workflow.scripts.data.fetch_model --model {params.model:q} --out {output:q} 2> {log:q}"
 
 
 # One per task, model and length: every run (seed, learning rate) shares it.
@@ -86,5 +86,5 @@ rule data_tokenize:
     conda:
         "../../envs/cpuddp.yaml"
     shell:
-        "python -m workflow.scripts.data.tokenize --config {input.cfg} --data {input.raw}"
-        " --out {output} 2> {log}"
+        "python -m workflow.scripts.data.tokenize --config {input.cfg:q} --data {input.raw:q}"
+        " --out {output:q} 2> {log:q}"

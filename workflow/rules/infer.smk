@@ -21,8 +21,8 @@ rule evaluate_fp32:
         "../../envs/cpuddp.yaml"
     threads: machine_cores()
     shell:
-        "python -m workflow.scripts.infer.evaluate --config {input.cfg} --environment {input.env}"
-        " --model {input.model} --data {input.data} --raw {input.raw} --out {output} 2> {log}"
+        "python -m workflow.scripts.infer.evaluate --config {input.cfg:q} --environment {input.env:q}"
+        " --model {input.model:q} --data {input.data:q} --raw {input.raw:q} --out {output:q} 2> {log:q}"
 
 
 rule convert_openvino:
@@ -38,8 +38,8 @@ rule convert_openvino:
         "../../envs/cpuddp.yaml"
     threads: machine_cores()
     shell:
-        "python -m workflow.scripts.infer.convert --config {input.cfg} --model {input.model}"
-        " --data {input.data} --out {output} 2> {log}"
+        "python -m workflow.scripts.infer.convert --config {input.cfg:q} --model {input.model:q}"
+        " --data {input.data:q} --out {output:q} 2> {log:q}"
 
 
 rule quantize_static:
@@ -55,8 +55,8 @@ rule quantize_static:
         "../../envs/cpuddp.yaml"
     threads: machine_cores()
     shell:
-        "python -m workflow.scripts.infer.quantize --config {input.cfg} --model {input.model}"
-        " --data {input.data} --out {output} 2> {log}"
+        "python -m workflow.scripts.infer.quantize --config {input.cfg:q} --model {input.model:q}"
+        " --data {input.data:q} --out {output:q} 2> {log:q}"
 
 
 # Eager fp32, OpenVINO fp32 and OpenVINO int8 timed side by side in one job.
@@ -78,9 +78,9 @@ rule evaluate_runtimes:
         "../../envs/cpuddp.yaml"
     threads: machine_cores()
     shell:
-        "python -m workflow.scripts.infer.runtimes --config {input.cfg} --environment {input.env}"
-        " --model {input.model} --openvino {input.openvino} --int8 {input.int8} --data {input.data}"
-        " --raw {input.raw} --fp32-metrics {input.fp32} --out {output} 2> {log}"
+        "python -m workflow.scripts.infer.runtimes --config {input.cfg:q} --environment {input.env:q}"
+        " --model {input.model:q} --openvino {input.openvino:q} --int8 {input.int8:q} --data {input.data:q}"
+        " --raw {input.raw:q} --fp32-metrics {input.fp32:q} --out {output:q} 2> {log:q}"
 
 
 rule deploy_model:
@@ -101,5 +101,5 @@ rule deploy_model:
             for a in (f"--{name.replace('_', '-')}", input[name])
         ],
     shell:
-        "python -m workflow.scripts.infer.deploy --config {input.cfg} --evaluation {input.evaluation}"
-        " {params.folders:q} --out {output} 2> {log}"
+        "python -m workflow.scripts.infer.deploy --config {input.cfg:q} --evaluation {input.evaluation:q}"
+        " {params.folders:q} --out {output:q} 2> {log:q}"

@@ -20,9 +20,9 @@ rule environment_check:
         tasks=lambda wc: resources.slurm_tasks(dist_of(wc), 1)["tasks"],
         cpus_per_task=1,
     params:
-        layout=lambda wc, input: f"--layout {input.layout}" if input.layout else "",
+        layout=lambda wc, input: ["--layout", input.layout] if input.layout else [],
     shell:
-        "python -m workflow.scripts.nodes.check --config {input.cfg} {params.layout} --out {output} 2> {log}"
+        "python -m workflow.scripts.nodes.check --config {input.cfg:q} {params.layout:q} --out {output:q} 2> {log:q}"
 
 
 # On request only (`snakemake --profile profiles/xeon setup_nodes`): where the
@@ -43,5 +43,7 @@ rule setup_nodes:
     resources:
         mpi=1,
         nodes=ALL_NODES,
+    params:
+        data=f"{RESULTS}/data",
     shell:
-        f"python -m workflow.scripts.nodes.setup --config {{input.cfg}} --data {RESULTS}/data 2> {{log}}"
+        "python -m workflow.scripts.nodes.setup --config {input.cfg:q} --data {params.data:q} 2> {log:q}"

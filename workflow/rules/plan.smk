@@ -20,8 +20,8 @@ rule plan_profile:
         mpi=1,
         nodes=ALL_NODES,
     shell:
-        "python -m workflow.scripts.plan.profile --config {input.cfg} --environment {input.env}"
-        " --out {output} 2> {log}"
+        "python -m workflow.scripts.plan.profile --config {input.cfg:q} --environment {input.env:q}"
+        " --out {output:q} 2> {log:q}"
 
 
 rule plan_network:
@@ -40,8 +40,8 @@ rule plan_network:
     params:
         rank_logs=f"logs/plan_network/{EXP}",
     shell:
-        "python -m workflow.scripts.plan.network --config {input.cfg} --environment {input.env}"
-        " --out {output} --log-dir {params.rank_logs} 2> {log}"
+        "python -m workflow.scripts.plan.network --config {input.cfg:q} --environment {input.env:q}"
+        " --out {output:q} --log-dir {params.rank_logs:q} 2> {log:q}"
 
 
 # The scaling plan: predicted efficiency on 1 to plan.max_nodes nodes for
@@ -72,11 +72,11 @@ rule plan_scaling:
     conda:
         "../../envs/cpuddp.yaml"
     params:
-        network=lambda wc, input: f"--network {input.network}" if input.network else "",
+        network=lambda wc, input: ["--network", input.network] if input.network else [],
         out_dir=lambda wc, output: os.path.dirname(output.plan),
     shell:
-        "python -m workflow.scripts.plan.plan --profile {input.profile} --config {input.cfg} {params.network}"
-        " --out-dir {params.out_dir:q} > {log} 2>&1 && cat {output.text}"
+        "python -m workflow.scripts.plan.plan --profile {input.profile:q} --config {input.cfg:q} {params.network:q}"
+        " --out-dir {params.out_dir:q} > {log:q} 2>&1 && cat {output.text:q}"
 
 
 rule plan:

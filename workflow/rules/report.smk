@@ -71,9 +71,9 @@ rule report_summary:
         report_dir=lambda wc, output: os.path.dirname(output.scaling),
     shell:
         "python -m workflow.scripts.report.summary --experiment {params.experiment:q} --results {params.results:q}"
-        " {params.runs:q} --config {input.cfg} --out {output.summary} 2> {log}"
-        " && python -m workflow.scripts.report.render --summary {output.summary} --config {input.cfg}"
-        " --results {params.results:q} --out-dir {params.report_dir:q} 2>> {log}"
+        " {params.runs:q} --config {input.cfg:q} --out {output.summary:q} 2> {log:q}"
+        " && python -m workflow.scripts.report.render --summary {output.summary:q} --config {input.cfg:q}"
+        " --results {params.results:q} --out-dir {params.report_dir:q} 2>> {log:q}"
 
 
 # The accuracy table of a sweep over task or seed (in `rule all` then):
@@ -106,5 +106,5 @@ rule report_table:
         results=lambda wc, output: os.path.dirname(output.md),
         report_dir=lambda wc, output: os.path.dirname(output.table),
     shell:
-        "python -m workflow.scripts.report.table --config {input.cfg} --results {params.results:q}"
-        " --summary {input.summary} --out-dir {params.report_dir:q} > {log} 2>&1"
+        "python -m workflow.scripts.report.table --config {input.cfg:q} --results {params.results:q}"
+        " --summary {input.summary:q} --out-dir {params.report_dir:q} > {log:q} 2>&1"

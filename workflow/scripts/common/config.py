@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import json
 import importlib.util
+import re
 from pathlib import Path
 
 import jsonschema
@@ -23,6 +24,11 @@ from workflow.scripts.common.tasks import formats_for, get_task
 
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "schemas" / "config.schema.yaml"
 SWEEP_SECTIONS = sweeps.SECTIONS
+# A Hub id as huggingface_hub's validate_repo_id takes it (ASCII only): name or
+# namespace/name, each 1-96 of letters, digits, '-', '_', '.', starting and
+# ending with a letter, digit or '_'; no '--' or '..', no trailing '.git'.
+_HUB_PART = r"[A-Za-z0-9_](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9_])?"
+HUB_ID = re.compile(rf"{_HUB_PART}(?:/{_HUB_PART})?")
 
 
 class ConfigError(ValueError):
@@ -178,6 +184,22 @@ def resolve_model(model: str) -> str:
     return str(path)
 
 
+def is_hub_id_form(model: str) -> bool:
+    """True when `model` has the form of a Hugging Face Hub id (nothing a shell would read)."""
+    return bool(HUB_ID.fullmatch(model)) and "--" not in model and ".." not in model \
+        and not model.endswith(".git")
+
+
+def check_model(model: str, base: Path = Path(".")) -> None:
+    """A model is an existing folder or a well-formed Hub id; anything else
+    (`a/b;touch X`, `a/b$(touch X)`, a mistyped path) stops here, at parse time."""
+    if is_hub_id_form(model) or (base / model).is_dir() or Path(model).is_dir():
+        return
+    raise ConfigError(f"config error: model: {model!r} is neither a folder here nor a Hugging Face Hub id "
+                      "(name or namespace/name: letters, digits, '-', '_', '.', at most 96 each, "
+                      "no '--' or '..')")
+
+
 def runs(config: dict) -> dict[str, dict]:
     """Expand the sweep: run name -> full config of that run (baseline first)."""
     try:
@@ -237,8 +259,9 @@ def check_slurm_threads(config: dict) -> None:
 def load_config(config: dict, base: Path = Path(".")) -> dict:
     """Everything the Snakefile needs: validated config and its runs."""
     config = validate(config)
-    for run in runs(config).values():  # each swept task's own files
+    for run in runs(config).values():  # each swept task's own files, each swept model
         check_data_files(run, base)
+        check_model(resolve_model(run["model"]), base)
     if config["distributed"]["launcher"] == "srun":
         check_slurm_threads(config)  # `auto` becomes the cluster's cpus-per-task first
     try:
