@@ -1,14 +1,21 @@
-# Tests, in lanes (docs/getting-started.md, Development and tests):
+# Tests, in lanes (docs/getting-started.md, Development and tests), named by
+# what they need:
+#   make test              any developer, no root: lint, tests/unit and every
+#                          integration test that needs neither root nor the Intel
+#                          env (real ranks over the venv's Intel MPI, workflow runs)
 #   make test-fast         tests/unit: no processes, no training (about 30 s)
-#   make test-integration  tests/integration: real ranks, workflow runs, every MPI,
-#                          namespace hosts, a real Slurm cluster (root, `make ci-deps`)
-#   make test              lint, both lanes and the Intel env's tests, each timed,
-#                          then every skipped test and why
-# A target whose prerequisites are missing fails at once with one line that
-# names the fix; it never passes by skipping. Under CI=true a skip fails the
-# run unless the test runs in another target CI calls (tests/conftest.py).
+#   make test-integration  tests/integration without the `cluster` and `intel` tests
+#   make test-cluster      the `cluster` tests: namespace hosts, a real Slurm
+#                          cluster, Debian's MPICH and Open MPI, tmpfs (root, `make ci-deps`)
+#   make test-intel        the Intel env's tests (mk/intel.mk)
+#   make test-all          everything, each lane timed, then every skip and why (CI)
+# A test that needs what `make test` lacks carries a marker (`cluster`, `intel`;
+# pytest.ini) and is not collected there. A target whose prerequisites are
+# missing fails at once with one line that names the fix; it never passes by
+# skipping. Under CI=true a skip fails the run unless the test runs in another
+# target CI calls (tests/conftest.py).
 
-.PHONY: test test-fast test-integration lint test-teardown test-chaos need-root need-debs need-intel-python
+.PHONY: test test-all test-cluster test-fast test-integration test-integration-all lint test-teardown test-chaos need-root need-debs need-intel-python
 
 LANE := mk/lane.sh
 PYTEST := PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -q -rs
@@ -24,12 +31,20 @@ need-debs:
 need-intel-python:
 	@command -v $(INTEL_PY) >/dev/null || { echo "make $(MAKECMDGOALS): $(INTEL_PY) not found, which the Intel env needs; install it, then \`make intel-venv\`" >&2; exit 1; }
 
-test: need-root need-debs need-intel-python venv
+test: venv
+	@rm -rf .lanes
+	@$(LANE) lint $(MAKE) --no-print-directory lint
+	@$(LANE) unit $(MAKE) --no-print-directory test-fast
+	@$(LANE) integration $(MAKE) --no-print-directory test-integration
+	@echo "== lanes"; cat .lanes/times
+	@echo "== skips"; $(BIN)/python mk/skips.py .lanes/*.xml
+
+test-all: need-root need-debs need-intel-python venv
 	@rm -rf .lanes
 	@$(MAKE) --no-print-directory intel-venv-background
 	@$(LANE) lint $(MAKE) --no-print-directory lint
 	@$(LANE) unit $(MAKE) --no-print-directory test-fast
-	@$(LANE) integration $(MAKE) --no-print-directory test-integration
+	@$(LANE) integration+cluster $(MAKE) --no-print-directory test-integration-all
 	@$(LANE) intel $(MAKE) --no-print-directory test-intel
 	@echo "== lanes"; cat .lanes/times
 	@echo "== skips"; $(BIN)/python mk/skips.py .lanes/*.xml
@@ -43,8 +58,18 @@ test-fast: venv
 # 16-19 min against 32 on 2 cores (4 workers: 21 min, the cores saturated).
 # WORKERS=0 runs it in this process.
 WORKERS ?= 3
-test-integration: need-root need-debs venv
-	$(PYTEST) -n $(WORKERS) --dist loadfile --no-loadscope-reorder --junitxml=.lanes/integration.xml tests/integration
+INTEGRATION := $(PYTEST) -n $(WORKERS) --dist loadfile --no-loadscope-reorder
+test-integration: venv
+	$(INTEGRATION) -m "not cluster and not intel" --junitxml=.lanes/integration.xml tests/integration
+
+test-cluster: need-root need-debs venv
+	$(INTEGRATION) -m cluster --junitxml=.lanes/cluster.xml tests/integration
+
+# test-all's integration lane: both, in one pool of workers (the cluster
+# tests' waiting is filled by the others'); the `intel` tests there skip
+# with "runs in `make test-intel`".
+test-integration-all: need-root need-debs venv
+	$(INTEGRATION) --junitxml=.lanes/integration.xml tests/integration
 
 # Style: ruff on the Python, snakefmt on the rules, Snakemake's own lint.
 lint: venv

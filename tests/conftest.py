@@ -75,6 +75,14 @@ def pytest_collection_modifyitems(items):
     items.sort(key=file_order)  # stable: a file's own tests keep their order
 
 
+def pytest_runtest_setup(item):
+    """A `cluster` test run without root fails with the fix, never skips
+    (`make test` does not collect it: pytest.ini, mk/tests.mk)."""
+    if item.get_closest_marker("cluster") and os.geteuid() != 0:
+        pytest.fail("needs root (network namespaces, Slurm daemons, tc, mounts): run `make test-cluster` as root",
+                    pytrace=False)
+
+
 # ------------------------------------------------ the unit lane stays a unit lane
 
 @pytest.fixture(scope="session")

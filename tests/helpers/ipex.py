@@ -8,4 +8,9 @@ import pytest
 from workflow.scripts.common import intel
 
 HAS_IPEX = intel.installed_versions()[intel.IPEX_MODULE] is not None
-needs_ipex = pytest.mark.skipif(not HAS_IPEX, reason="IPEX is not installed here: runs in `make test-intel`")
+_skip = pytest.mark.skipif(not HAS_IPEX, reason="IPEX is not installed here: runs in `make test-intel`")
+
+
+def needs_ipex(test):
+    """Marked `intel` (not collected by `make test`), skipped outside the Intel env."""
+    return pytest.mark.intel(_skip(test))

@@ -6,7 +6,6 @@ previous checkpoint stays whole (a real small tmpfs)."""
 from __future__ import annotations
 
 import logging
-import os
 import subprocess
 
 import pytest
@@ -65,8 +64,7 @@ def test_nothing_whole_means_a_fresh_start(tmp_path, log):
 
 @pytest.fixture
 def small_disk(tmp_path):
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
+    """A 1 MB tmpfs (mounting it needs root: the test is marked `cluster`)."""
     mount = tmp_path / "disk"
     mount.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], check=True)
@@ -76,6 +74,7 @@ def small_disk(tmp_path):
     assert done.returncode == 0, f"umount {mount}: {done.stderr}"
 
 
+@pytest.mark.cluster
 def test_a_full_disk_names_the_path_and_space_and_keeps_the_previous_checkpoint(small_disk, log):
     previous = save(small_disk, 20, size=50_000)  # 200 kB: fits
     with pytest.raises(UserError) as full:

@@ -25,8 +25,9 @@ from helpers.workflow import snakemake, write_config
 from workflow.scripts.data import demo
 from workflow.scripts.common import hardware, intel, oneccl
 
-pytestmark = pytest.mark.skipif(os.environ.get("CPUDDP_INTEL_STACK") != "1",
-                                reason="the Intel env (torch 2.8 + IPEX 2.8): runs in `make test-intel`")
+pytestmark = [pytest.mark.intel,
+              pytest.mark.skipif(os.environ.get("CPUDDP_INTEL_STACK") != "1",
+                                 reason="the Intel env (torch 2.8 + IPEX 2.8): runs in `make test-intel`")]
 RUN = "results/tiny/default"
 
 

@@ -27,7 +27,7 @@ from workflow.scripts.launch import mpi, pin
 from workflow.scripts.nodes import check
 
 DEBIAN = {"mpich": "/usr/bin/mpirun.mpich", "openmpi": "/usr/bin/mpirun.openmpi"}
-FLAVOURS = ["intel", "mpich", "openmpi"]
+FLAVOURS = ["intel", *(pytest.param(f, marks=pytest.mark.cluster) for f in DEBIAN)]  # Debian's: make ci-deps
 
 
 def require(flavour: str) -> None:
@@ -108,6 +108,7 @@ def test_two_rank_training_through_the_workflow(flavour, tmp_path, tiny_model_di
     assert f"launch: {os.path.realpath(DEBIAN[flavour])} -n 2" in launched
 
 
+@pytest.mark.cluster
 def test_flavours_do_not_mix(tmp_path, monkeypatch):
     """A symlinked MPICH mpirun is launched by its real path (its own
     hydra_pmi_proxy), never through the venv's Intel MPI proxy."""

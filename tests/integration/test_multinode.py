@@ -64,6 +64,7 @@ needs_ccl = pytest.mark.skipif(importlib.util.find_spec("oneccl_bindings_for_pyt
 
 @needs_root
 @needs_ccl
+@pytest.mark.intel
 @pytest.mark.timeout(420)
 def test_ccl_training_across_hosts(cluster):
     """`backend: ccl` over the test hosts' network: oneCCL pinned to their

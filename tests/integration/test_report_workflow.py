@@ -53,6 +53,7 @@ def browse(url: str, *flags: str) -> subprocess.CompletedProcess:
                               capture_output=True, text=True, timeout=180)
 
 
+@pytest.mark.cluster  # Debian's chromium (.ci/run installs it)
 def test_report_opens_in_a_browser_with_table_and_charts(html_report, tmp_path):
     if chromium() is None:
         pytest.skip("chromium is not installed (apt-get install -y chromium): the report is not opened in a browser")

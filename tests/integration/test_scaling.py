@@ -50,6 +50,7 @@ CORES = len(os.sched_getaffinity(0))
 BATCH, SEQ_LEN, STEPS = 8, 64, 9  # DDP rebuilds buckets after step 1; steps 3-8 are timed
 
 pytestmark = [
+    pytest.mark.cluster,
     pytest.mark.skipif(os.environ.get("CPUDDP_SCALING") != "1",
                        reason="a timing on a shaped network: runs in `make test-scaling` (CPUDDP_SCALING=1)"),
     pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("ip") or not shutil.which("tc")

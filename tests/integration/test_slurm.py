@@ -18,11 +18,14 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
 
 from helpers.slurm_run import accounting, experiment, explain, finish, running_training, slurm, snakemake, start, \
     tres, wait_until
 from helpers.workflow import BIN, REPO
 from workflow.scripts.common import logs
+
+pytestmark = pytest.mark.cluster  # root: munge, slurmdbd, slurmctld, a slurmd per test host
 
 # ------------------------------------------------------------------ runs
 

@@ -18,6 +18,8 @@ from helpers.slurm_run import accounting, experiment, explain, finish, running_t
     wait_until
 from workflow.scripts.common import logs
 
+pytestmark = pytest.mark.cluster  # root: munge, slurmdbd, slurmctld, a slurmd per test host
+
 # x 200 steps: about 2 minutes of training here; Slurm signals within 30 s
 # of the cut (its time-limit check): at steps 118-350 in the runs seen here.
 LIMIT_EPOCHS = 6
