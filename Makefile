@@ -90,7 +90,7 @@ bench: venv
 # make bench-accuracy ACCURACY_ARGS="--seeds 1 --max-steps 4 --train-size 64 --json /tmp/a.json --plot /tmp/a.png"
 ACCURACY_ARGS ?=
 bench-accuracy: venv
-	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m bench.accuracy_seeds --json bench/results-accuracy-seeds.json \
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m bench.accuracy_seeds --json bench/results/accuracy-seeds.json \
 		--plot docs/accuracy-seeds.png $(ACCURACY_ARGS)
 
 # INT8 and inference on this CPU (docs/int8-and-deploy.md): eager fp32,

@@ -3,7 +3,7 @@ and bf16_master against the exact autocast path, and the Trainer at its best.
 
     .venv/bin/python -m bench.accuracy_seeds [--seeds 42 7 1] [--epochs 3] [--lr 5e-5]
         [--tasks mrpc stsb] [--rows trainer exact bf16_master defaults] [--train-size 1600]
-        [--max-steps N] [--json bench/results-accuracy-seeds.json] [--plot PNG]
+        [--max-steps N] [--json bench/results/accuracy-seeds.json] [--plot PNG]
 
 The seed alone moves dev scores on 400 pairs by several points, so one run
 per side says little. Per task shape (bench/accuracy_data.py: `mrpc`, pairs
@@ -152,7 +152,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--train-size", type=int, default=1600, help="training pairs per task (dev: 400)")
     parser.add_argument("--dev-size", type=int, default=400)
     parser.add_argument("--max-steps", type=int, default=None, help="cap on steps per run (smoke runs)")
-    parser.add_argument("--json", type=Path, default=Path("bench/results-accuracy-seeds.json"))
+    parser.add_argument("--json", type=Path, default=Path("bench/results/accuracy-seeds.json"))
     parser.add_argument("--plot", type=Path, default=None, help="PNG of the loss curves")
     return parser.parse_args()
 
