@@ -8,6 +8,11 @@ ranks building at once do not trip over each other. A kernel that cannot
 be built gives a one-line reason, never an exception: training then takes
 torch's path and the log says why.
 
+The key is computable by anyone, and loading a library runs its
+constructors: the cache and each kernel folder are created 0700, and a
+library is built or loaded only where it and its folder belong to this user
+and nobody else can write (private()); anything else is refused in one line.
+
 ctypes releases the GIL during a call: with more than one torch thread the
 calls run on that many Python threads (run()), big tensors cut into chunks
 of CHUNK elements.
@@ -21,6 +26,7 @@ import hashlib
 import os
 import shlex
 import shutil
+import stat
 import subprocess
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
@@ -39,6 +45,39 @@ def cache_root() -> Path:
     return Path(os.environ.get("CPUDDP_KERNEL_CACHE") or Path.home() / ".cache" / "cpuddp" / "kernels")
 
 
+def private(path: Path) -> str | None:
+    """None when `path` (not followed if a link) belongs to this user and
+    no group or other user may write to it; else why not, in a few words."""
+    info = path.lstat()
+    if stat.S_ISLNK(info.st_mode):
+        return f"{path} is a symbolic link"
+    if info.st_uid != os.geteuid():
+        return f"{path} belongs to uid {info.st_uid}, not to this user (uid {os.geteuid()})"
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"{path} can be written by group or others (mode {stat.S_IMODE(info.st_mode):o})"
+    return None
+
+
+def private_folder(folder: Path) -> str | None:
+    """Create `folder` 0700 if missing (its parents as mkdir -p does); None
+    when it is private(), else why not."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    folder.mkdir(mode=0o700, exist_ok=True)
+    return private(folder)
+
+
+def refused(target: Path, why: str) -> str:
+    return (f"{target.name} not built or loaded: {why}; remove it or set CPUDDP_KERNEL_CACHE to a folder of "
+            "your own")
+
+
+def cached_path(source: Path, command: list[str], root: Path) -> Path:
+    """Where `source` built by `command` is cached under `root`."""
+    version = subprocess.run([*command, "--version"], capture_output=True, text=True, timeout=60).stdout
+    key = hashlib.sha256(source.read_bytes() + " ".join([*command, *FLAGS, version]).encode()).hexdigest()
+    return root / key[:16] / source.with_suffix(".so").name
+
+
 def compile_and_load(source: Path, cc: str | None = None, cache: Path | None = None) -> tuple[ctypes.CDLL | None, str]:
     """(the loaded library, its path) or (None, why not), built with
     compiler `cc` ($CC, else cc)."""
@@ -46,12 +85,14 @@ def compile_and_load(source: Path, cc: str | None = None, cache: Path | None = N
     if not command or shutil.which(command[0]) is None:
         return None, f"no C compiler ({' '.join(command) or 'CC is empty'} not found; set CC)"
     try:
-        version = subprocess.run([*command, "--version"], capture_output=True, text=True, timeout=60).stdout
-        key = hashlib.sha256(source.read_bytes() + " ".join([*command, *FLAGS, version]).encode()).hexdigest()
-        folder = (cache or cache_root()) / key[:16]
-        target = folder / source.with_suffix(".so").name
-        if not target.exists():
-            folder.mkdir(parents=True, exist_ok=True)
+        root = cache or cache_root()
+        target = cached_path(source, command, root)
+        folder = target.parent
+        private_folder(root)  # only the key's folder and file are trusted, or not
+        why = private_folder(folder)
+        if why:
+            return None, refused(target, why)
+        if not os.path.lexists(target):
             handle, temporary = tempfile.mkstemp(dir=folder, prefix=".build-", suffix=".so")
             os.close(handle)
             done = subprocess.run([*command, *FLAGS, "-o", temporary, str(source), "-lm"], capture_output=True,
@@ -61,11 +102,14 @@ def compile_and_load(source: Path, cc: str | None = None, cache: Path | None = N
                 lines = done.stderr.strip().splitlines() or ["no output"]
                 first = next((line for line in lines if "error" in line), lines[-1])
                 return None, f"{' '.join(command)} could not build {source.name}: {first}"
+            os.chmod(temporary, 0o700)  # the linker's mode follows the umask
             os.replace(temporary, target)
+        why = private(target)
+        if why or not target.is_file():
+            return None, refused(target, why or f"{target} is not a file")
         return ctypes.CDLL(str(target)), str(target)
     except (OSError, subprocess.SubprocessError) as error:
         return None, f"{source.name} could not be built or loaded: {error}"
-
 
 
 def build_checked(source: Path, wrap, sound, refusal: str, cc: str | None = None,
