@@ -17,6 +17,7 @@ from pathlib import Path
 from workflow.scripts.common import step
 from workflow.scripts.common.views import TrainView
 from workflow.scripts.launch import hosts, job, lease, tries
+from workflow.scripts.nodes import check
 
 
 def main(argv=None) -> None:
@@ -30,14 +31,18 @@ def main(argv=None) -> None:
     program = args.program[1:] if args.program[:1] == ["--"] else args.program
     config = step.read_view(args, TrainView)
     info = json.loads(Path(args.environment).read_text())
-    # Packed runs (profiles/xeon, -j N): nodes no other training holds.
-    with lease.held(config, args.log_dir or "launch") as leased:
+    # Packed runs (profiles/xeon, -j N): the nodes of the run's environment
+    # check, or others checked now (launch/lease.py); kept for a next try.
+    run = str(Path(args.environment).resolve().parent)
+    with lease.held(config, run, "training", keep_when="failed") as leased:
         if not args.tries:
+            check.confirm(config, info, leased)
             job.run(config, info, program, args.log_dir, hosts=leased)
             return
         with tries.recorded(args.tries, args.attempt, args.log_dir, {}) as entry:
             chosen, dropped = hosts.for_retry(config, leased) if args.attempt > 1 else (None, [])
             entry.update(hosts=chosen or leased, dropped=dropped)
+            entry.update(checked_now=check.confirm(config, info, chosen or leased))
             job.run(config, info, program, args.log_dir, hosts=chosen or leased)
 
 

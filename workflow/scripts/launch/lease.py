@@ -1,25 +1,55 @@
-"""Host leases: which of the hostfile's nodes each running launch holds, so
-that runs packed onto a cluster (profiles/xeon with -j N) never share a node.
+"""Host leases: which of the hostfile's nodes each run holds, so that runs
+packed onto a cluster (profiles/xeon with -j N) never share a node, from
+one checkout or several, one user or several, one launch machine or more.
 
-Snakemake counts the nodes (the `nodes` resource, as many as the hostfile
-lists) and starts a run only when enough are free; which nodes those are is
-decided here, at launch, on the launch node where every launcher runs. The
-leases live in `.snakemake/cpuddp-leases/<hostfile digest>/leases.json`,
-read and written under an exclusive flock, so two launches never pick the
-same node. A lease is released in a `finally`; one whose process is gone (a
-launcher killed with SIGKILL, a crashed node script) is stale and taken
-over, recognised by its PID and that process's start time (a reused PID is
-another process). events.log keeps every acquire and release, one JSON line
-each, for the logs and the tests.
+Where. The leases of a hostfile live in one absolute folder: the
+`.cpuddp-leases/` folder next to the hostfile (symlinks resolved), or
+`distributed.lease_dir` (absolute; the profile sets it where the hostfile's
+folder is read-only or where several hostfiles list the same nodes). Every
+checkout that launches on the same nodes must see the same folder; it is
+never relative to the working directory. `leases.json` maps a host name to
+its entry; `events.log` keeps every change, one JSON line each.
+
+Who. An entry names the run (its absolute results folder), the role
+(environment check or training), and the holder: host name, PID and that
+process's start time (a reused PID is another process). An entry is taken
+over as stale only when its holder is provably gone: it was written on this
+very host and that process no longer exists. An entry from another host is
+never taken over from here: a launch that cannot find free nodes waits
+(WAIT_SECONDS) and then fails with one line naming each holder's host and
+PID, and how to clear the entry once that launcher is really gone.
+
+The lock. leases.json is read and written under an exclusive flock on
+`lock`, polled (LOCK_NB) for at most LOCK_SECONDS. Its holder writes its
+host and PID into the lock file, so a launch that gives up names it (a
+launcher stopped with Ctrl-Z inside the lock blocks the others for that
+long, then every launch fails saying which process to resume or end). The
+lock is held for a read and a write only, never while ranks run.
+
+One lease per run. The environment check and the training of a run use the
+same nodes. When the check ends, its lease is kept for the run (a
+reservation: `kept` entries, whose holder has exited); the run's training
+takes exactly those hosts back. A reservation never makes anyone wait:
+Snakemake's `nodes` resource counts only running jobs, so between a run's
+check and its training it may start another run's check or training on
+those nodes, and that launch then takes free hosts first and reservations
+of other runs only when too few are free. Nothing waits for a run that is
+not running, so the count and the leases cannot deadlock. A training whose
+reservation was (partly) taken leases free nodes instead and checks them
+first, under its own lease (nodes/check.py, `confirm`): it trains only on
+nodes that were checked and agree with environment.json. A training that
+fails keeps its lease for the run's next try (retries start on the same
+nodes; distributed.min_nodes may still drop the ones that no longer
+answer); a training that ends releases it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import json
 import os
+import socket
 import sys
 import time
 from pathlib import Path
@@ -30,8 +60,10 @@ from workflow.scripts.common.errors import UserError
 from workflow.scripts.common.hostfile import read_hostfile
 from workflow.scripts.common.views import distributed_of
 
-ROOT = Path(".snakemake") / "cpuddp-leases"
-WAIT_SECONDS = 600  # Snakemake's resource count makes waits rare: a stale lease, a launch outside Snakemake
+FOLDER = ".cpuddp-leases"
+WAIT_SECONDS = 600  # for free nodes: Snakemake's count makes waits rare (another checkout, a launch outside it)
+LOCK_SECONDS = 60  # for the lock, held for a read and a write
+HOST = socket.gethostname()
 
 
 def leasing(dist) -> bool:
@@ -41,32 +73,91 @@ def leasing(dist) -> bool:
     return dist.launcher != "srun" and bool(dist.hostfile)
 
 
-def folder(hostfile: str, root: Path = ROOT) -> Path:
-    digest = hashlib.sha256(str(Path(hostfile).resolve()).encode()).hexdigest()[:12]
-    return root / digest
+def folder(dist) -> Path:
+    """The absolute lease folder of a run's hostfile: distributed.lease_dir,
+    else `.cpuddp-leases/` next to the hostfile."""
+    dist = distributed_of(dist)
+    if dist.lease_dir:
+        path = Path(dist.lease_dir).expanduser()
+        if not path.is_absolute():
+            raise UserError(f"distributed.lease_dir is {dist.lease_dir!r}: give an absolute path, one that every "
+                            "checkout launching on these nodes sees")
+        return path
+    return Path(dist.hostfile).resolve().parent / FOLDER
 
 
-def _me(owner: str) -> dict:
-    pid = os.getpid()
-    return {"pid": pid, "started": psutil.Process(pid).create_time(), "owner": owner}
-
-
-def _alive(entry: dict) -> bool:
+def _writable(directory: Path) -> None:
     try:
-        return psutil.Process(entry["pid"]).create_time() == entry["started"]
+        directory.mkdir(parents=True, exist_ok=True)
+        probe = directory / f".probe-{HOST}-{os.getpid()}"
+        probe.touch()
+        probe.unlink()
+    except OSError as err:
+        raise UserError(f"cannot keep host leases in {directory} ({err.strerror}): make that folder writable for "
+                        "every user who launches on these nodes, or set distributed.lease_dir to one that is") \
+            from None
+
+
+def _me(run: str, role: str) -> dict:
+    pid = os.getpid()
+    return {"run": run, "role": role, "host": HOST, "pid": pid, "started": psutil.Process(pid).create_time(),
+            "since": time.time()}
+
+
+def _gone(entry: dict) -> bool:
+    """Provably gone: the holder ran on this host and no longer exists."""
+    if entry.get("host") != HOST:
+        return False
+    try:
+        return psutil.Process(entry["pid"]).create_time() != entry["started"]
+    except psutil.NoSuchProcess:
+        return True
     except (psutil.Error, KeyError):
         return False
 
 
+def _holder(entry: dict) -> str:
+    """`pid P on host H` and, where this host can tell, what that process is doing."""
+    text = f"pid {entry.get('pid')} on host {entry.get('host')}"
+    if entry.get("host") == HOST:
+        try:
+            if psutil.Process(entry["pid"]).status() == psutil.STATUS_STOPPED:
+                text += f" (stopped: resume it with `kill -CONT {entry['pid']}` or end it)"
+        except (psutil.Error, KeyError):
+            pass
+    return text
+
+
 @contextlib.contextmanager
-def _locked(directory: Path):
-    directory.mkdir(parents=True, exist_ok=True)
-    with open(directory / "lock", "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+def _locked(directory: Path, timeout: float = LOCK_SECONDS):
+    """The exclusive lock on leases.json, polled; its holder is written into it."""
+    _writable(directory)
+    path = directory / "lock"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    try:
+                        holder = _holder(json.loads(os.pread(fd, 4096, 0) or b"{}"))
+                    except ValueError:
+                        holder = "a process that wrote no holder"
+                    raise UserError(f"the lease lock {path} is held for more than {timeout:.0f} s by {holder}; "
+                                    "no launch can pick nodes until it lets go") from None
+                time.sleep(0.05)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps({"host": HOST, "pid": os.getpid()}).encode(), 0)
         try:
             yield
         finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+            os.ftruncate(fd, 0)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
 
 
 def _read(directory: Path) -> dict:
@@ -75,67 +166,105 @@ def _read(directory: Path) -> dict:
 
 
 def _write(directory: Path, held: dict) -> None:
-    tmp = directory / "leases.json.tmp"
+    tmp = directory / f"leases.json.{HOST}.{os.getpid()}.tmp"
     tmp.write_text(json.dumps(held, indent=1))
     os.replace(tmp, directory / "leases.json")
 
 
-def _log(directory: Path, event: str, owner: str, hosts: list[str]) -> None:
-    line = {"time": time.time(), "event": event, "owner": owner, "pid": os.getpid(), "hosts": hosts}
+def _log(directory: Path, event: str, run: str, role: str, hosts: list[str]) -> None:
+    line = {"time": time.time(), "event": event, "run": run, "role": role, "host": HOST, "pid": os.getpid(),
+            "hosts": hosts}
     with open(directory / "events.log", "a") as handle:
         handle.write(json.dumps(line) + "\n")
 
 
-def try_acquire(directory: Path, hosts: list[str], count: int, owner: str) -> list[str] | None:
-    """Lease `count` free hosts (hostfile order), or None when too few are free."""
-    with _locked(directory):
+def try_acquire(directory: Path, hosts: list[str], count: int, run: str, role: str = "launch",
+                lock_wait: float = LOCK_SECONDS) -> list[str] | None:
+    """Lease `count` of `hosts` for `run`, or None when too few are free:
+    the run's own reservation first, then free hosts (hostfile order), then
+    other runs' reservations."""
+    with _locked(directory, lock_wait):
         held = _read(directory)
-        stale = [h for h, entry in held.items() if not _alive(entry)]
+        stale = [h for h, e in held.items() if not e.get("kept") and _gone(e)]
         for host in stale:
-            _log(directory, "stale", held.pop(host)["owner"], [host])
+            entry = held.pop(host)
+            _log(directory, "stale", entry.get("run", "?"), entry.get("role", "?"), [host])
+        own = [h for h in hosts if h in held and held[h].get("kept") and held[h].get("run") == run]
         free = [h for h in hosts if h not in held]
-        if len(free) < count:
+        others = [h for h in hosts if h in held and held[h].get("kept") and held[h].get("run") != run]
+        chosen = (own + free + others)[:count]
+        if len(chosen) < count:
             if stale:
                 _write(directory, held)
             return None
-        chosen = free[:count]
-        me = _me(owner)
+        for host in others:
+            if host in chosen:
+                _log(directory, "yield", held[host]["run"], held[host].get("role", "?"), [host])
+        for host in own:
+            if host not in chosen:
+                del held[host]
+        me = _me(run, role)
         held.update({h: me for h in chosen})
         _write(directory, held)
-        _log(directory, "acquire", owner, chosen)
+        _log(directory, "acquire", run, role, chosen)
         return chosen
 
 
-def release(directory: Path, owner: str) -> None:
-    """Give back the hosts this process leased as `owner`."""
-    with _locked(directory):
+def release(directory: Path, run: str, role: str = "launch", keep: bool = False,
+            lock_wait: float = LOCK_SECONDS) -> None:
+    """Give back the hosts this process leased for `run`, or with `keep`
+    turn them into the run's reservation."""
+    with _locked(directory, lock_wait):
         held = _read(directory)
-        mine = [h for h, e in held.items() if e["pid"] == os.getpid() and e["owner"] == owner]
+        mine = [h for h, e in held.items()
+                if e.get("host") == HOST and e.get("pid") == os.getpid() and e.get("run") == run]
         for host in mine:
-            del held[host]
+            if keep:
+                held[host] = {**held[host], "kept": True}
+            else:
+                del held[host]
         _write(directory, held)
-        _log(directory, "release", owner, mine)
+        _log(directory, "keep" if keep else "release", run, role, mine)
+
+
+def holders(directory: Path, hosts: list[str]) -> str:
+    """Who holds `hosts`, one clause per holder (for the message of a launch that gave up)."""
+    held = _read(directory)
+    by = {}
+    for host in hosts:
+        if host in held and not held[host].get("kept"):
+            by.setdefault(_holder(held[host]) + f", run {held[host].get('run')}", []).append(host)
+    return "; ".join(f"{', '.join(h)} by {who}" for who, h in by.items()) or "nobody now"
 
 
 @contextlib.contextmanager
-def held(config, owner: str, root: Path = ROOT, wait: float = WAIT_SECONDS):
-    """The hosts this launch may use, leased for as long as the block runs
-    (None without leasing: the run's own hosts, or Slurm's)."""
+def held(config, run: str, role: str, keep_when: str = "never", wait: float = WAIT_SECONDS,
+         lock_wait: float = LOCK_SECONDS):
+    """The hosts `run` may use, leased for as long as the block runs (None
+    without leasing: the run's own hosts, or Slurm's). keep_when: "done"
+    (the environment check: kept for the run's training when the block
+    ends well), "failed" (training: kept for the next try when it raises),
+    or "never"."""
     dist = distributed_of(config)
     if not leasing(dist):
         yield None
         return
-    directory, hosts = folder(dist.hostfile, root), read_hostfile(dist.hostfile)
+    directory, hosts = folder(dist), read_hostfile(dist.hostfile)
     if dist.nodes > len(hosts):
         raise UserError(f"distributed.nodes is {dist.nodes} but the hostfile lists {len(hosts)} nodes")
     deadline = time.time() + wait
-    while (chosen := try_acquire(directory, hosts, dist.nodes, owner)) is None:
+    while (chosen := try_acquire(directory, hosts, dist.nodes, run, role, lock_wait)) is None:
         if time.time() > deadline:
-            raise UserError(f"no {dist.nodes} free nodes of {dist.hostfile} after {wait:.0f} s (leases in "
-                            f"{directory / 'leases.json'}); are runs started outside this workflow?")
+            raise UserError(
+                f"no {dist.nodes} free nodes of {dist.hostfile} after {wait:.0f} s: held {holders(directory, hosts)} "
+                f"(leases in {directory / 'leases.json'}; only a holder on this host that is gone is taken over: "
+                f"once a holder elsewhere is gone for sure, delete its hosts' entries there)")
         time.sleep(0.5)
-    print(f"lease: {owner} holds {', '.join(chosen)}", file=sys.stderr, flush=True)
+    print(f"lease: {role} of {run} holds {', '.join(chosen)} ({directory})", file=sys.stderr, flush=True)
+    ok = False
     try:
         yield chosen
+        ok = True
     finally:
-        release(directory, owner)
+        release(directory, run, role, keep={"done": ok, "failed": not ok}.get(keep_when, False),
+                lock_wait=lock_wait)

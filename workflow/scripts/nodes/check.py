@@ -9,8 +9,10 @@ distributed.check_timeout_seconds is named. Writes environment.json.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
+from pathlib import Path
 
 from workflow.scripts.common import config as cfg, step
 from workflow.scripts.common.atomic import write_json
@@ -46,19 +48,26 @@ def disagreements(named: list[tuple[str, dict]]) -> list[str]:
     return problems
 
 
-def check(config: EnvironmentView | dict, timeout: float) -> dict:
+def check(config: EnvironmentView | dict, timeout: float, run: str = "environment check",
+          hosts: list[str] | None = None) -> dict:
+    """environment.json of `run`'s nodes: those given, else those it leases
+    (packed runs, profiles/xeon -j N: kept for the run's training, which
+    then trains on exactly these; launch/lease.py), else the run's own."""
     config = EnvironmentView.pick(config)
     dist = config.distributed
     if not dist.hostfile and dist.nodes == 1:
         return describe.environment_record(config)
-    launcher = mpi.detect_launcher(dist)
-    # Packed runs (profiles/xeon, -j N): check nodes no training holds.
-    with lease.held(config, "environment check") as leased:
-        hosts = leased or command.run_hosts(dist)
-        master = command.master_addr(hosts) if hosts else "127.0.0.1"
-        program = [sys.executable, "-m", "workflow.scripts.nodes.probe", "--config-json",
-                   json.dumps(config.as_dict(), sort_keys=True), "--master-addr", master]
-        reports, problems = reach_each(config, launcher, hosts, program, timeout)
+    if hosts is not None:
+        return _check_on(config, mpi.detect_launcher(dist), hosts, timeout)
+    with lease.held(config, run, "environment check", keep_when="done") as leased:
+        return _check_on(config, mpi.detect_launcher(dist), leased or command.run_hosts(dist), timeout)
+
+
+def _check_on(config: EnvironmentView, launcher: dict, hosts: list[str] | None, timeout: float) -> dict:
+    master = command.master_addr(hosts) if hosts else "127.0.0.1"
+    program = [sys.executable, "-m", "workflow.scripts.nodes.probe", "--config-json",
+               json.dumps(config.as_dict(), sort_keys=True), "--master-addr", master]
+    reports, problems = reach_each(config, launcher, hosts, program, timeout)
     names = dict(enumerate(hosts)) if hosts else \
         {r["rank"]: r.get("report", r).get("host", f"node {r['rank']}") for r in reports}
     problems += [f"node {names[r['rank']]}: {r['error']}" for r in reports if "error" in r]
@@ -73,6 +82,42 @@ def check(config: EnvironmentView | dict, timeout: float) -> dict:
     return describe.combine(config, named, launcher)
 
 
+# What training takes from environment.json and nodes it did not check must match.
+SAME = ("revision", "backend", "ipex", "precision", "threads_per_process")
+
+
+def differences(info: dict, fresh: dict, where: str) -> list[str]:
+    """How the record of nodes checked now differs from environment.json, one clause each."""
+    problems = [f"{label} {fresh['versions'].get(key) or 'not installed'} on {where} but "
+                f"{info['versions'].get(key) or 'not installed'} in environment.json"
+                for key, label in AGREE.items() if fresh["versions"].get(key) != info["versions"].get(key)]
+    return problems + [f"{key} {fresh.get(key)} on {where} but {info.get(key)} in environment.json"
+                       for key in SAME if fresh.get(key) != info.get(key)]
+
+
+def confirm(config, info: dict, hosts: list[str] | None) -> list[str]:
+    """The training's hosts that environment.json's check did not see (its
+    reservation was taken between check and training, launch/lease.py),
+    checked now under the training's lease; the try fails in one line when
+    they differ from environment.json. [] when the check saw them all."""
+    seen = [n["node"] for n in info.get("node_reports", [])]
+    new = [h for h in hosts or [] if h not in seen]
+    if not new:
+        return []
+    view = EnvironmentView.pick(config if isinstance(config, dict) else config.as_dict())
+    view = dataclasses.replace(view, distributed=dataclasses.replace(
+        view.distributed, threads_per_process=info["threads_per_process"]))
+    fresh = check(view, view.distributed.check_timeout_seconds, hosts=new)
+    problems = differences(info, fresh, ", ".join(new))
+    if problems:
+        raise UserError(f"this try's nodes {', '.join(new)} are not those environment.json describes "
+                        f"({', '.join(seen)}) and differ: {'; '.join(problems)}; rerun the environment check "
+                        f"(delete environment.json)")
+    print(f"environment: {', '.join(new)} checked now (environment.json describes {', '.join(seen)}); they agree",
+          file=sys.stderr, flush=True)
+    return new
+
+
 def main(argv=None) -> None:
     parser = step.parser(__doc__)
     parser.add_argument("--layout", help="tune/layout.json, for runs with threads_per_process: tuned")
@@ -82,7 +127,7 @@ def main(argv=None) -> None:
     if args.layout:
         cfg.apply_tuned_layout({"run": config}, args.layout)
     view = EnvironmentView.pick(config)  # typed once the tuned layout is in
-    info = check(view, view.distributed.check_timeout_seconds)
+    info = check(view, view.distributed.check_timeout_seconds, run=str(Path(args.out).resolve().parent))
     for node in info["node_reports"]:
         print(f"node {node['node']} ({node['host']}): torch {node['versions']['torch']}, revision "
               f"{node['revision']}, {node['physical_cores']} cores; {node['low_precision']['implies']}",
