@@ -132,6 +132,7 @@ class DistributedSettings(_View):
     retries: int = 2
     min_nodes: int | None = None
     exit_grace_seconds: float = 60
+    start_timeout: float = 300
     lease_dir: str | None = None
     """Absolute folder of the host leases (launch/lease.py); None = next to the hostfile."""
     env: dict = field(default_factory=dict)

@@ -3,24 +3,31 @@
     python -m workflow.scripts.launch --config C --environment E --log-dir D \
         [--try N --tries tries.json] -- PROGRAM...
 
-The ranks' exit is bounded and judged (supervise.py, verdict.py). On a
-retry (N > 1) the nodes that answer are chosen first (hosts.py), and each
-try is recorded for summary.json (tries.py).
+The ranks' start and exit are bounded and judged (supervise.py,
+verdict.py). On a retry (N > 1) the nodes that answer are chosen first
+(hosts.py), and each try is recorded for summary.json (tries.py). A
+training try (--tries) runs alone in its run folder and writes into a
+folder of its own, `D/try-N/` (attempt.py): the ranks' `--log-dir D` is
+pointed there. The launcher, mpirun and the ranks end with the job shell
+that started the launcher (SIGTERM: the ranks checkpoint and stop).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import signal
+from contextlib import contextmanager
 from pathlib import Path
 
-from workflow.scripts.common import step
-from workflow.scripts.common.views import TrainView
-from workflow.scripts.launch import hosts, job, lease, tries
+from workflow.scripts.common import lifeline, step
+from workflow.scripts.common.views import TrainView, distributed_of
+from workflow.scripts.launch import attempt, hosts, job, lease, tries
 from workflow.scripts.nodes import check
 
 
 def main(argv=None) -> None:
+    lifeline.die_with_parent(signal.SIGTERM)  # the job shell is gone: stop this try (supervise.py)
     parser = step.parser(__doc__)
     parser.add_argument("--environment", required=True, help="environment.json of the run")
     parser.add_argument("--log-dir", help="where the ranks write rank<N>.log / rank<N>.exit")
@@ -34,16 +41,35 @@ def main(argv=None) -> None:
     # Packed runs (profiles/xeon, -j N): the nodes of the run's environment
     # check, or others checked now (launch/lease.py); kept for a next try.
     run = str(Path(args.environment).resolve().parent)
-    with lease.held(config, run, "training", keep_when="failed") as leased:
+    with one_try(args, config, program) as (log_dir, program), \
+            lease.held(config, run, "training", keep_when="failed") as leased:
         if not args.tries:
             check.confirm(config, info, leased)
-            job.run(config, info, program, args.log_dir, hosts=leased)
+            job.run(config, info, program, log_dir, hosts=leased)
             return
-        with tries.recorded(args.tries, args.attempt, args.log_dir, {}) as entry:
+        with tries.recorded(args.tries, args.attempt, log_dir, {"log_dir": str(log_dir)}) as entry:
             chosen, dropped = hosts.for_retry(config, leased) if args.attempt > 1 else (None, [])
             entry.update(hosts=chosen or leased, dropped=dropped)
             entry.update(checked_now=check.confirm(config, info, chosen or leased))
-            job.run(config, info, program, args.log_dir, hosts=chosen or leased)
+            if log_dir != args.log_dir:
+                attempt.link_newest(args.log_dir, log_dir, job.world_size(config, info, chosen or leased))
+            job.run(config, info, program, log_dir, hosts=chosen or leased)
+
+
+@contextmanager
+def one_try(args, config, program: list[str]):
+    """(log folder, ranks' command) of this launch. A training try (--tries)
+    first takes its run folder's lock, then a try-N folder of its own, which
+    also gets the launcher's output (launcher.log)."""
+    if not (args.tries and args.log_dir):
+        yield args.log_dir, program
+        return
+    wait = attempt.lock_wait(distributed_of(config).exit_grace_seconds)
+    with attempt.locked(Path(args.tries).parent, wait) as record:
+        folder = attempt.new_folder(args.log_dir)
+        record(folder=str(folder))
+        attempt.copy_output(folder / "launcher.log")
+        yield folder, attempt.for_try(program, args.log_dir, folder)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@ ranks (bounded exit), and raise the one line that says what went wrong."""
 
 from __future__ import annotations
 
+import socket
 import sys
 import tempfile
 
@@ -17,15 +18,34 @@ def run(config, info: dict, program: list[str], log_dir=None, quiet: bool = Fals
     went wrong (errors.Preempted when the ranks checkpointed on request)."""
     dist = distributed_of(config)
     hosts = hosts or command.run_hosts(dist)
-    world = (len(hosts) if hosts else dist.nodes) * command.ranks_per_node(config, info)
+    world = world_size(config, info, hosts)
     with tempfile.TemporaryDirectory(prefix="cpuddp-launch-") as workdir:
         argv = command.build(config, info, program, workdir, hosts)
         if not quiet:
             print("launch: " + through_env(config, command.launch_env(config, info)) + " ".join(argv),
                   file=sys.stderr, flush=True)
         outcome = supervise.run(argv, command.launch_env(config, info), log_dir, world,
-                                dist.exit_grace_seconds, quiet)
+                                dist.exit_grace_seconds, quiet, dist.start_timeout)
+    if outcome.unstarted:
+        raise verdict.unstarted(outcome.unstarted, rank_hosts(config, info, hosts), dist.start_timeout)
     verdict.judge(outcome, log_dir, world, dist.exit_grace_seconds, dist.timeout_minutes)
+
+
+def world_size(config, info: dict, hosts: list[str] | None = None) -> int:
+    """How many ranks a launch on `hosts` (default: the run's) starts."""
+    hosts = hosts or command.run_hosts(distributed_of(config))
+    return (len(hosts) if hosts else distributed_of(config).nodes) * command.ranks_per_node(config, info)
+
+
+def rank_hosts(config, info: dict, hosts: list[str] | None) -> list[str]:
+    """The node of each rank, as command.build places them: `ppn` in a row
+    on each host (this machine without a hostfile; under srun, the
+    allocation's nodes in order)."""
+    ppn, dist = command.ranks_per_node(config, info), distributed_of(config)
+    if not hosts:
+        hosts = [f"node {n + 1} of the Slurm allocation" for n in range(dist.nodes)] if dist.launcher == "srun" \
+            else [socket.gethostname()]
+    return [host for host in hosts for _ in range(ppn)]
 
 
 def through_env(config, env: dict) -> str:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import psutil
 
-from workflow.scripts.common import logs
+from workflow.scripts.common import lifeline, logs
 
 POLL_SECONDS = 0.5
 DUMP_WAIT_SECONDS = 2.0
@@ -34,25 +34,34 @@ class Outcome:
     """Ranks the launcher had to stop after the grace period."""
     frozen: list = field(default_factory=list)
     """Of those, the ones whose process was stopped (SIGSTOP, a debugger)."""
+    unstarted: list = field(default_factory=list)
+    """Ranks with no status file after distributed.start_timeout (the launch was stopped)."""
 
 
-def run(command: list[str], env: dict, log_dir, world: int, grace: float, quiet: bool = False) -> Outcome:
+def run(command: list[str], env: dict, log_dir, world: int, grace: float, quiet: bool = False,
+        start_timeout: float | None = None) -> Outcome:
     """Run the launcher and watch its ranks. A SIGTERM to this process goes
     on to the launcher and the ranks here, which checkpoint and stop.
-    `quiet` keeps the ranks' output off the console (their logs have it)."""
+    `quiet` keeps the ranks' output off the console (their logs have it).
+    The launcher gets SIGTERM if this process dies; a rank without a status
+    file after `start_timeout` seconds fails the launch."""
     for rank in range(world if log_dir else 0):
-        logs.status_path(log_dir, rank).unlink(missing_ok=True)  # an earlier try's
+        logs.status_path(log_dir, rank).unlink(missing_ok=True)  # an earlier try's (without a try folder)
     output = subprocess.DEVNULL if quiet else None
-    proc = subprocess.Popen(command, env=env, stdout=output, stderr=output)
+    me = os.getpid()
+    proc = subprocess.Popen(command, env=env, stdout=output, stderr=output,
+                            preexec_fn=lambda: lifeline.die_with_parent(signal.SIGTERM, me))
     statuses: list[dict] = []
+    signalled: list[float] = []
 
     def forward(signum, frame):
-        proc.send_signal(signum)
+        signalled.append(time.monotonic())
+        signal_launcher(proc, signum)
         signal_ranks(statuses, signum)
 
     previous = signal.signal(signal.SIGTERM, forward)
     try:
-        return watch(proc, log_dir, world, grace, statuses)
+        return watch(proc, log_dir, world, grace, statuses, start_timeout, signalled)
     except BaseException:
         stop(proc, [])
         raise
@@ -60,12 +69,22 @@ def run(command: list[str], env: dict, log_dir, world: int, grace: float, quiet:
         signal.signal(signal.SIGTERM, previous)
 
 
-def watch(proc: subprocess.Popen, log_dir, world: int, grace: float, statuses: list) -> Outcome:
-    """Wait for the launcher; once a rank has exited, stop what is left
-    `grace` seconds later. `statuses` is kept current for the signal handler.
-    What the launcher started here must not outlive it (a bootstrap process
-    of a lost node keeps its output open, and the job would never end)."""
-    exited_at, family = None, []
+def signal_launcher(proc: subprocess.Popen, signum: int) -> None:
+    """mpirun and its own children: Intel MPI's `mpirun` is a script that
+    runs mpiexec.hydra, which must get the signal too."""
+    for process in [proc.pid, *(p.pid for p in children(proc.pid))]:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(process, signum)
+
+
+def watch(proc: subprocess.Popen, log_dir, world: int, grace: float, statuses: list,
+          start_timeout: float | None = None, signalled: list = ()) -> Outcome:
+    """Wait for the launcher; once a rank has exited (or a SIGTERM was
+    forwarded: `signalled`), stop what is left `grace` seconds later.
+    `statuses` is kept current for the signal handler. What the launcher
+    started here must not outlive it (a bootstrap process of a lost node
+    keeps its output open, and the job would never end)."""
+    exited_at, family, started = None, [], time.monotonic()
     while proc.poll() is None:
         time.sleep(POLL_SECONDS)
         family = descendants(proc.pid) or family
@@ -74,14 +93,30 @@ def watch(proc: subprocess.Popen, log_dir, world: int, grace: float, statuses: l
         statuses[:] = [logs.read_status(log_dir, rank) for rank in range(world)]
         if exited_at is None and any(map(has_exited, statuses)):
             exited_at = time.monotonic()
-        if exited_at is not None and time.monotonic() - exited_at > grace and proc.poll() is None:
+        missing = [rank for rank, s in enumerate(statuses) if not s]
+        if missing and exited_at is None and start_timeout and time.monotonic() - started > start_timeout:
+            stop(proc, [s for s in statuses if s])
+            return Outcome(proc.returncode, unstarted=missing)
+        since = exited_at if exited_at is not None else (signalled[0] if signalled else None)
+        if since is not None and time.monotonic() - since > grace and proc.poll() is None:
             stuck = [s for s in statuses if s and not has_exited(s)]
             frozen = [s["rank"] for s in stuck if is_frozen(s)]
             dump_stacks(stuck)
             stop(proc, stuck)
             return Outcome(proc.returncode, [s["rank"] for s in stuck], frozen)
+    if signalled:  # Intel MPI's mpirun script ends at once: give the ranks their checkpoint
+        wait_for_ranks(statuses, log_dir, world, signalled[0] + grace)
     end(family)
     return Outcome(proc.returncode)
+
+
+def wait_for_ranks(statuses: list, log_dir, world: int, deadline: float) -> None:
+    """Until every rank of this host has exited, or `deadline` (monotonic)."""
+    while time.monotonic() < deadline:
+        statuses[:] = [logs.read_status(log_dir, rank) for rank in range(world)] if log_dir else statuses
+        if not any(is_here(s) and not has_exited(s) for s in statuses):
+            return
+        time.sleep(POLL_SECONDS)
 
 
 def end(processes: list[psutil.Process]) -> None:
@@ -114,6 +149,13 @@ def pid_alive(pid: int) -> bool:
 def descendants(pid: int) -> list[psutil.Process]:
     try:
         return psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+def children(pid: int) -> list[psutil.Process]:
+    try:
+        return psutil.Process(pid).children()
     except psutil.Error:
         return []
 

@@ -46,6 +46,16 @@ def judge(outcome: Outcome, log_dir, world: int, grace: float, timeout_minutes: 
     raise report_failure(outcome.code, log_dir, others)
 
 
+def unstarted(ranks: list[int], hosts: list[str], start_timeout: float) -> UserError:
+    """The one line for ranks that never reported in: which, and on which nodes."""
+    nodes = list(dict.fromkeys(hosts[r] if r < len(hosts) else "unknown host" for r in ranks))
+    which = ", ".join(map(str, ranks))
+    return UserError(f"rank{'s' if len(ranks) > 1 else ''} {which} on {', '.join(nodes)} did not start within "
+                     f"distributed.start_timeout ({start_timeout:g} s), so the launch was stopped: check that "
+                     f"{'these nodes answer' if len(nodes) > 1 else 'this node answers'} (ssh login, home folder, "
+                     "the same Python and repository)")
+
+
 def stuck_lines(outcome: Outcome, log_dir, grace: float, timeout_minutes: float | None) -> list[str]:
     """One line per rank the launcher stopped, frozen ones first."""
     lines = []
