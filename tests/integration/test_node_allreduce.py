@@ -117,6 +117,59 @@ def test_a_dead_rank_is_named_at_once_not_waited_for(tmp_path):
     assert seconds < 10, seconds
 
 
+def sees_the_file(rank: int, init: str, results: dict) -> None:
+    """Rank 1 records the file's mode and owner as it maps it."""
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=2)
+    try:
+        if rank == 1:
+            mapped = torch.from_file
+
+            def from_file(path, *args, **kwargs):
+                info = os.stat(path)
+                results["mode"], results["uid"] = info.st_mode & 0o777, info.st_uid
+                return mapped(path, *args, **kwargs)
+
+            node_allreduce.torch.from_file = from_file
+        node, why_not = node_allreduce.create(timeout_s=60, chunk_bytes=CHUNK)
+        results[("file", rank)] = node.path
+    finally:
+        dist.destroy_process_group()
+
+
+def test_the_file_is_private_to_the_user(tmp_path):
+    results = mp.Manager().dict()
+    mp.spawn(sees_the_file, args=(f"file://{tmp_path / 'store'}", results), nprocs=2, join=True)
+    assert (results["mode"], results["uid"]) == (0o600, os.geteuid())
+    assert not Path(results[("file", 0)]).exists()
+
+
+def dies_before_mapping(rank: int, init: str, results: dict) -> None:
+    """Rank 1 is killed after rank 0 created the file, before it is mapped."""
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=2)
+    results[("pid", rank)] = os.getpid()
+    if rank == 1:
+        node_allreduce.torch.from_file = lambda *args, **kwargs: os._exit(3)
+    try:
+        node_allreduce.create(timeout_s=60, chunk_bytes=CHUNK)
+        results[rank] = "no error"
+    except RuntimeError as err:
+        results[rank] = str(err)
+
+
+def test_the_file_is_unlinked_when_a_rank_dies_before_mapping_it(tmp_path):
+    results = mp.Manager().dict()
+    context = mp.get_context("spawn")
+    ranks = [context.Process(target=dies_before_mapping, args=(r, f"file://{tmp_path / 'store'}", results))
+             for r in range(2)]
+    for process in ranks:
+        process.start()
+    for process in ranks:
+        process.join(timeout=120)
+    assert [p.exitcode for p in ranks] == [0, 3]
+    assert results[0] != "no error"
+    assert not list(node_allreduce.SHM.glob(f"{node_allreduce.PREFIX}{results[('pid', 0)]}-*"))
+
+
 def single(rank: int, init: str, results: dict) -> None:
     dist.init_process_group("gloo", init_method=init, rank=0, world_size=1)
     results["one"] = node_allreduce.create(timeout_s=60)[1]

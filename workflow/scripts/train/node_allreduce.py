@@ -14,12 +14,19 @@ own, so plain stores suffice: x86-64 keeps stores in order, which is why
 other machines keep their backend). A rank that waits checks that the
 others are alive and gives up after the run's distributed timeout, with
 one line that names the rank.
+
+The file is this user's alone: rank 0 creates it 0600 with O_EXCL (never
+through a name someone else placed), and unlinks it as soon as every rank
+has mapped it, or on the way out of any failure before that. A file whose
+creator was killed before then (SIGKILL) is removed by the next run's
+rank 0 on the node.
 """
 
 from __future__ import annotations
 
 import os
 import platform
+import re
 import shutil
 import socket
 import time
@@ -35,6 +42,7 @@ from workflow.scripts.launch.supervise import pid_alive
 CHUNK_BYTES = 8 << 20  # per rank; a chunk is copied in, added, then the slots are free again
 LINE = 64  # bytes per rank's counter: one cache line each, so ranks never write the same line
 SHM = Path("/dev/shm")
+PREFIX = "cpuddp-allreduce-"  # then the creator's pid, a dash and a random hex name
 
 
 class NodeAllReduce:
@@ -97,6 +105,50 @@ def _boot_id() -> str:
         return ""
 
 
+def create_file(path: Path, size: int) -> None:
+    """A new zero-filled file of `size` bytes, mode 0600; an existing name
+    (a file, a link) is an error, never opened."""
+    handle = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        os.fchmod(handle, 0o600)  # whatever the umask
+        os.ftruncate(handle, size)  # zero-filled: every counter starts at 0
+    except OSError:
+        os.unlink(path)
+        raise
+    finally:
+        os.close(handle)
+
+
+def remove_stale(folder: Path = SHM) -> list[Path]:
+    """Unlink this user's all-reduce files whose creating process is gone
+    (killed before it could unlink them); the ones removed."""
+    stale = []
+    for path in folder.glob(PREFIX + "*"):
+        found = re.fullmatch(re.escape(PREFIX) + r"(\d+)-[0-9a-f]+", path.name)
+        try:
+            if found and path.lstat().st_uid == os.geteuid() and not pid_alive(int(found[1])):
+                path.unlink()
+                stale.append(path)
+        except OSError:  # gone already, or not ours to remove
+            continue
+    return stale
+
+
+def _map(path: Path, rank: int, size: int) -> torch.Tensor:
+    """Every rank's mapping of the file rank 0 creates; rank 0 unlinks it
+    once all have mapped it, or on the way out of a failure before that."""
+    if rank == 0:
+        create_file(path, size)
+    try:
+        dist.barrier()
+        memory = torch.from_file(str(path), shared=True, size=size, dtype=torch.uint8)
+        dist.barrier()
+        return memory
+    finally:
+        if rank == 0:
+            path.unlink(missing_ok=True)  # the mappings stay; nothing is left behind
+
+
 def create(timeout_s: float, chunk_bytes: int = CHUNK_BYTES) -> tuple[NodeAllReduce | None, str | None]:
     """(the node's all-reduce, None), or (None, why not). Every rank calls
     it at the same point (it is collective), and all get the same answer."""
@@ -115,15 +167,10 @@ def create(timeout_s: float, chunk_bytes: int = CHUNK_BYTES) -> tuple[NodeAllRed
         return None, "the ranks are on more than one node"
     if min(f for *_, f in seen) < size:
         return None, f"{SHM} has {min(f for *_, f in seen) >> 20} MiB free, {size >> 20} MiB needed"
-    name = [str(SHM / f"cpuddp-allreduce-{uuid.uuid4().hex}") if rank == 0 else None]
+    if rank == 0:
+        remove_stale()
+    name = [str(SHM / f"{PREFIX}{os.getpid()}-{uuid.uuid4().hex}") if rank == 0 else None]
     dist.broadcast_object_list(name, src=0)
-    if rank == 0:
-        with open(name[0], "wb") as file:
-            file.truncate(size)  # zero-filled: every counter starts at 0
-    dist.barrier()
-    memory = torch.from_file(name[0], shared=True, size=size, dtype=torch.uint8)
-    dist.barrier()
-    if rank == 0:
-        os.unlink(name[0])  # the mappings stay; nothing is left behind, even after a crash
+    memory = _map(Path(name[0]), rank, size)
     return NodeAllReduce(memory, rank, [pid for _, _, pid, _ in seen], timeout_s, chunk_bytes,
                          name[0]), None
