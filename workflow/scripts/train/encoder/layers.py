@@ -1,0 +1,119 @@
+"""The encoder of the BERT family on packed tokens ([tokens, hidden] rows):
+embeddings, post-norm layers, and a last layer that computes the first
+token alone where the head reads nothing else.
+
+Parameters are torch modules (nn.Embedding, nn.Linear, nn.LayerNorm), so
+that weight-decay groups, bf16 casts and the fp32 masters see what they
+see in transformers' models; every forward is this file's own."""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from workflow.scripts.train.dropout_kernel import KernelDropout
+from workflow.scripts.train.encoder import attention as packed_attention
+from workflow.scripts.train.encoder.packing import Packed
+from workflow.scripts.train.encoder.spec import Spec
+
+
+def activation(name: str):
+    """The config's hidden_act as a function: torch's where it is the same
+    function, else transformers' (called, not changed)."""
+    if name == "gelu":
+        return F.gelu
+    if name == "relu":
+        return F.relu
+    if name in ("gelu_pytorch_tanh", "gelu_new"):
+        return functools.partial(F.gelu, approximate="tanh")
+    from transformers.activations import ACT2FN
+
+    return ACT2FN[name]
+
+
+def dropout(x: torch.Tensor, p: float, training: bool, kernel) -> torch.Tensor:
+    """torch's dropout, or the hash kernel's (its mask recomputed in backward)."""
+    if not training or p == 0.0:
+        return x
+    if kernel is not None and x.dtype in (torch.bfloat16, torch.float32):
+        return KernelDropout.apply(x, p, kernel)
+    return F.dropout(x, p, training=True)
+
+
+class Embeddings(nn.Module):
+    def __init__(self, spec: Spec):
+        super().__init__()
+        self.word = nn.Embedding(spec.vocab, spec.embedding, padding_idx=spec.pad_id)
+        padding = spec.pad_id if spec.roberta_positions else None
+        self.position = nn.Embedding(spec.positions, spec.embedding, padding_idx=padding)
+        self.token_type = nn.Embedding(spec.token_types, spec.embedding) if spec.token_types else None
+        self.norm = nn.LayerNorm(spec.embedding, eps=spec.eps)
+        self.project = nn.Linear(spec.embedding, spec.hidden) if spec.embedding != spec.hidden else None
+        self.p = spec.hidden_dropout
+
+    def forward(self, ids, position_ids, token_type_ids, kernel, grad_pool=None) -> torch.Tensor:
+        if grad_pool is not None:  # the word embedding's gradient in a table kept across steps
+            from workflow.scripts.train.embedding_grad import _ReusedGradEmbedding
+
+            x = _ReusedGradEmbedding.apply(ids, self.word.weight, self.word.padding_idx, grad_pool)
+        else:
+            x = self.word(ids)
+        if self.token_type is not None:
+            types = torch.zeros_like(ids) if token_type_ids is None else token_type_ids
+            x = x + self.token_type(types)
+        x = self.norm(x + self.position(position_ids))
+        x = dropout(x, self.p, self.training, kernel)
+        return x if self.project is None else self.project(x)
+
+
+class Layer(nn.Module):
+    """A post-norm transformer layer (BERT's, DistilBERT's)."""
+
+    def __init__(self, spec: Spec):
+        super().__init__()
+        hidden = spec.hidden
+        self.query, self.key, self.value = (nn.Linear(hidden, hidden) for _ in range(3))
+        self.attention_output = nn.Linear(hidden, hidden)
+        self.attention_norm = nn.LayerNorm(hidden, eps=spec.eps)
+        self.ffn_in = nn.Linear(hidden, spec.intermediate)
+        self.ffn_out = nn.Linear(spec.intermediate, hidden)
+        self.ffn_norm = nn.LayerNorm(hidden, eps=spec.eps)
+        self.act = activation(spec.activation)
+        self.heads, self.scaling = spec.heads, spec.head_size ** -0.5
+        self.p_attention, self.p_attention_output, self.p = (spec.attention_dropout, spec.attention_output_dropout,
+                                                             spec.hidden_dropout)
+
+    def forward(self, x: torch.Tensor, packed: Packed, kernel, first_token: bool = False) -> torch.Tensor:
+        """x: [tokens, hidden] -> [tokens, hidden], or [sequences, hidden] (each
+        sequence's first token) with first_token; keys and values from every token."""
+        training = self.training
+        residual = x.index_select(0, packed.first_rows()) if first_token else x
+        context = packed_attention.attention(
+            self.query(residual), self.key(x), self.value(x), packed, self.heads, self.scaling,
+            self.p_attention if training else 0.0, first_token, kernel)
+        attended = dropout(self.attention_output(context), self.p_attention_output, training, kernel)
+        attended = self.attention_norm(attended + residual)
+        out = dropout(self.ffn_out(self.act(self.ffn_in(attended))), self.p, training, kernel)
+        return self.ffn_norm(out + attended)
+
+
+class Encoder(nn.Module):
+    def __init__(self, spec: Spec):
+        super().__init__()
+        self.embeddings = Embeddings(spec)
+        self.layers = nn.ModuleList(Layer(spec) for _ in range(spec.layers))
+        self.first_token_only = spec.task == "classification"
+        self.kernel = None  # the hash-dropout kernel (build): None for torch's dropout
+        self.grad_pool = None  # embedding_grad reuse (build): None for torch's embedding backward
+
+    def forward(self, ids, position_ids, token_type_ids, packed: Packed) -> torch.Tensor:
+        """[tokens, hidden] for every token, or [sequences, hidden] of the first
+        tokens alone where the head reads nothing else (packed order)."""
+        x = self.embeddings(ids, position_ids, token_type_ids, self.kernel, self.grad_pool)
+        *inner, last = self.layers
+        for layer in inner:
+            x = layer(x, packed, self.kernel)
+        return last(x, packed, self.kernel, first_token=self.first_token_only)
