@@ -18,6 +18,7 @@ import yaml
 import pytest
 
 from helpers.hosts_run import cluster_file, host_env, on_host, tiny_experiment
+from helpers.leases import holders_over_time, lease_events
 from helpers.netns_cluster import needs_root, netns_cluster
 from helpers.workflow import BIN, REPO, write_config
 from helpers.background import Background
@@ -61,20 +62,6 @@ def kill_a_rank_of(run: str, job: subprocess.Popen, timeout: float = 120) -> Non
     raise AssertionError(f"no rank of {run} seen")
 
 
-def holders_over_time(events: list[dict]) -> list[dict]:
-    """host -> owner after each lease event."""
-    held, states = {}, []
-    for event in events:
-        for host in event["hosts"]:
-            if event["event"] == "acquire":
-                assert host not in held, f"{host} leased twice: {held[host]} and {event['owner']}"
-                held[host] = event["owner"]
-            else:
-                held.pop(host, None)
-        states.append(dict(held))
-    return states
-
-
 @needs_root
 def test_four_one_node_runs_share_two_hosts_two_at_a_time(cluster):
     work, hosts, mapping = cluster
@@ -91,11 +78,10 @@ def test_four_one_node_runs_share_two_hosts_two_at_a_time(cluster):
     out, _ = job.communicate(timeout=240)
     assert job.returncode == 0, out[-6000:]
 
-    (leases,) = (work / ".snakemake" / "cpuddp-leases").iterdir()
+    leases = cluster_path.parent / ".cpuddp-leases"  # next to the hostfile
     assert json.loads((leases / "leases.json").read_text()) == {}  # every host free at the end
-    events = [json.loads(line) for line in (leases / "events.log").read_text().splitlines()]
-    states = holders_over_time(events)
-    trainings = [{h: o for h, o in s.items() if "train_ddp" in o} for s in states]
+    states = holders_over_time(lease_events(leases))
+    trainings = [{h: o for h, o in s.items() if o[1] == "training"} for s in states]
     assert max(len(t) for t in trainings) == 2  # two at a time, on different hosts
     tries = json.loads((work / "results/packed/s2/tries.json").read_text())
     assert [t["outcome"] for t in tries] == ["failed", "ok"], tries  # retried, on a leased host again

@@ -14,6 +14,7 @@ import pytest
 
 from workflow.scripts.common.errors import UserError
 from workflow.scripts.launch import lease, resources
+from workflow.scripts.nodes import check
 
 HOSTS = ["a", "b", "c"]
 
@@ -127,6 +128,26 @@ def test_a_reservation_never_makes_a_launch_wait(tmp_path):
         assert taken == ["a", "b"]
     assert [e["event"] for e in events(tmp_path)] == ["acquire", "keep", "yield", "yield", "acquire", "release"]
     assert lease.try_acquire(tmp_path, ["a", "b"], 2, "/r1") == ["a", "b"]  # released, not kept
+
+
+def test_a_training_checks_only_nodes_environment_json_does_not_describe(monkeypatch):
+    info = {"node_reports": [{"node": "a"}, {"node": "b"}], "versions": {"torch": "2.8.0"}, "revision": "r1",
+            "backend": "gloo", "ipex": False, "precision": "fp32", "threads_per_process": 2}
+    monkeypatch.setattr(check, "check", lambda *a, **k: pytest.fail("checked nodes the check saw"))
+    assert check.confirm({"distributed": {"hostfile": "h", "nodes": 2}}, info, ["b", "a"]) == []
+    assert check.confirm({"distributed": {"hostfile": "h", "nodes": 1}}, info, ["a"]) == []  # a retry on fewer
+    fresh = {**info, "versions": {"torch": "2.9.0"}, "precision": "bf16", "revision": "r2"}
+    assert check.differences(info, fresh, "c", "r1") == [
+        "torch 2.9.0 on c but 2.8.0 in environment.json", "workflow revision r2 on c but r1 on this launch node",
+        "precision bf16 on c but fp32 in environment.json"]
+    assert check.differences(info, {**info, "revision": "r2"}, "c", "r2") == []  # the code changed everywhere
+    monkeypatch.setattr(check.describe, "revision", lambda: "r1")
+    monkeypatch.setattr(check, "check", lambda config, timeout, hosts: fresh)
+    with pytest.raises(UserError, match=r"this try's nodes c are not those environment.json describes \(a, b\) "
+                                        r"and differ: torch 2.9.0 on c"):
+        check.confirm({"distributed": {"hostfile": "h", "nodes": 2}}, info, ["a", "c"])
+    monkeypatch.setattr(check, "check", lambda config, timeout, hosts: info)
+    assert check.confirm({"distributed": {"hostfile": "h", "nodes": 2}}, info, ["a", "c"]) == ["c"]
 
 
 def test_held_through_the_config(tmp_path):

@@ -48,18 +48,20 @@ def disagreements(named: list[tuple[str, dict]]) -> list[str]:
     return problems
 
 
-def check(config: EnvironmentView | dict, timeout: float, run: str = "environment check",
+def check(config: EnvironmentView | dict, timeout: float, run: str | None = None,
           hosts: list[str] | None = None) -> dict:
-    """environment.json of `run`'s nodes: those given, else those it leases
-    (packed runs, profiles/xeon -j N: kept for the run's training, which
-    then trains on exactly these; launch/lease.py), else the run's own."""
+    """environment.json of `run`'s nodes (`run`: its absolute results
+    folder): those given, else those it leases (packed runs, profiles/xeon
+    -j N: kept for the run's training, which then trains on exactly these;
+    launch/lease.py), else the run's own."""
     config = EnvironmentView.pick(config)
     dist = config.distributed
     if not dist.hostfile and dist.nodes == 1:
         return describe.environment_record(config)
     if hosts is not None:
         return _check_on(config, mpi.detect_launcher(dist), hosts, timeout)
-    with lease.held(config, run, "environment check", keep_when="done") as leased:
+    with lease.held(config, run or "environment check", "environment check",
+                    keep_when="done" if run else "never") as leased:
         return _check_on(config, mpi.detect_launcher(dist), leased or command.run_hosts(dist), timeout)
 
 
@@ -83,14 +85,18 @@ def _check_on(config: EnvironmentView, launcher: dict, hosts: list[str] | None, 
 
 
 # What training takes from environment.json and nodes it did not check must match.
-SAME = ("revision", "backend", "ipex", "precision", "threads_per_process")
+SAME = ("backend", "ipex", "precision", "threads_per_process")
 
 
-def differences(info: dict, fresh: dict, where: str) -> list[str]:
-    """How the record of nodes checked now differs from environment.json, one clause each."""
+def differences(info: dict, fresh: dict, where: str, revision: str) -> list[str]:
+    """How the record of nodes checked now differs from environment.json, one
+    clause each. Their code is held to this launch node's now (`revision`):
+    environment.json's may predate an edit that every node sees alike."""
     problems = [f"{label} {fresh['versions'].get(key) or 'not installed'} on {where} but "
                 f"{info['versions'].get(key) or 'not installed'} in environment.json"
                 for key, label in AGREE.items() if fresh["versions"].get(key) != info["versions"].get(key)]
+    if fresh.get("revision") != revision:
+        problems.append(f"workflow revision {fresh.get('revision')} on {where} but {revision} on this launch node")
     return problems + [f"{key} {fresh.get(key)} on {where} but {info.get(key)} in environment.json"
                        for key in SAME if fresh.get(key) != info.get(key)]
 
@@ -108,7 +114,7 @@ def confirm(config, info: dict, hosts: list[str] | None) -> list[str]:
     view = dataclasses.replace(view, distributed=dataclasses.replace(
         view.distributed, threads_per_process=info["threads_per_process"]))
     fresh = check(view, view.distributed.check_timeout_seconds, hosts=new)
-    problems = differences(info, fresh, ", ".join(new))
+    problems = differences(info, fresh, ", ".join(new), describe.revision())
     if problems:
         raise UserError(f"this try's nodes {', '.join(new)} are not those environment.json describes "
                         f"({', '.join(seen)}) and differ: {'; '.join(problems)}; rerun the environment check "
