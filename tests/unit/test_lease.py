@@ -128,6 +128,8 @@ def test_a_reservation_never_makes_a_launch_wait(tmp_path):
         assert taken == ["a", "b"]
     assert [e["event"] for e in events(tmp_path)] == ["acquire", "keep", "yield", "yield", "acquire", "release"]
     assert lease.try_acquire(tmp_path, ["a", "b"], 2, "/r1") == ["a", "b"]  # released, not kept
+    lease.release(tmp_path, "/r1")
+    assert lease.try_acquire(tmp_path, ["a", "b"], 1, "/r3", prefer=["b"]) == ["b"]  # the nodes it was checked on
 
 
 def test_a_training_checks_only_nodes_environment_json_does_not_describe(monkeypatch):

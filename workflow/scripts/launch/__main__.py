@@ -40,9 +40,9 @@ def main(argv=None) -> None:
     info = json.loads(Path(args.environment).read_text())
     # Packed runs (profiles/xeon, -j N): the nodes of the run's environment
     # check, or others checked now (launch/lease.py); kept for a next try.
-    run = str(Path(args.environment).resolve().parent)
+    run, checked = str(Path(args.environment).resolve().parent), [n["node"] for n in info.get("node_reports", [])]
     with one_try(args, config, program) as (log_dir, program), \
-            lease.held(config, run, "training", keep_when="failed") as leased:
+            lease.held(config, run, "training", keep_when="failed", prefer=checked) as leased:
         if not args.tries:
             check.confirm(config, info, leased)
             job.run(config, info, program, log_dir, hosts=leased)

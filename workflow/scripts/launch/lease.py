@@ -37,7 +37,8 @@ of other runs only when too few are free. Nothing waits for a run that is
 not running, so the count and the leases cannot deadlock. A training whose
 reservation was (partly) taken leases free nodes instead and checks them
 first, under its own lease (nodes/check.py, `confirm`): it trains only on
-nodes that were checked and agree with environment.json. A training that
+nodes that were checked and agree with environment.json (it prefers,
+among free nodes and other reservations, those environment.json describes). A training that
 fails keeps its lease for the run's next try (retries start on the same
 nodes; distributed.min_nodes may still drop the ones that no longer
 answer); a training that ends releases it.
@@ -179,10 +180,11 @@ def _log(directory: Path, event: str, run: str, role: str, hosts: list[str]) -> 
 
 
 def try_acquire(directory: Path, hosts: list[str], count: int, run: str, role: str = "launch",
-                lock_wait: float = LOCK_SECONDS) -> list[str] | None:
+                lock_wait: float = LOCK_SECONDS, prefer: list[str] = ()) -> list[str] | None:
     """Lease `count` of `hosts` for `run`, or None when too few are free:
-    the run's own reservation first, then free hosts (hostfile order), then
-    other runs' reservations."""
+    the run's own reservation first, then free hosts, then other runs'
+    reservations; within each, those in `prefer` (the hosts its
+    environment.json describes) first, then hostfile order."""
     with _locked(directory, lock_wait):
         held = _read(directory)
         stale = [h for h, e in held.items() if not e.get("kept") and _gone(e)]
@@ -192,7 +194,8 @@ def try_acquire(directory: Path, hosts: list[str], count: int, run: str, role: s
         own = [h for h in hosts if h in held and held[h].get("kept") and held[h].get("run") == run]
         free = [h for h in hosts if h not in held]
         others = [h for h in hosts if h in held and held[h].get("kept") and held[h].get("run") != run]
-        chosen = (own + free + others)[:count]
+        chosen = (own + sorted(free, key=lambda h: h not in prefer) + sorted(others, key=lambda h: h not in prefer))
+        chosen = chosen[:count]
         if len(chosen) < count:
             if stale:
                 _write(directory, held)
@@ -239,7 +242,7 @@ def holders(directory: Path, hosts: list[str]) -> str:
 
 @contextlib.contextmanager
 def held(config, run: str, role: str, keep_when: str = "never", wait: float = WAIT_SECONDS,
-         lock_wait: float = LOCK_SECONDS):
+         lock_wait: float = LOCK_SECONDS, prefer: list[str] = ()):
     """The hosts `run` may use, leased for as long as the block runs (None
     without leasing: the run's own hosts, or Slurm's). keep_when: "done"
     (the environment check: kept for the run's training when the block
@@ -253,7 +256,7 @@ def held(config, run: str, role: str, keep_when: str = "never", wait: float = WA
     if dist.nodes > len(hosts):
         raise UserError(f"distributed.nodes is {dist.nodes} but the hostfile lists {len(hosts)} nodes")
     deadline = time.time() + wait
-    while (chosen := try_acquire(directory, hosts, dist.nodes, run, role, lock_wait)) is None:
+    while (chosen := try_acquire(directory, hosts, dist.nodes, run, role, lock_wait, prefer)) is None:
         if time.time() > deadline:
             raise UserError(
                 f"no {dist.nodes} free nodes of {dist.hostfile} after {wait:.0f} s: held {holders(directory, hosts)} "
