@@ -53,7 +53,8 @@ def test_a_missing_marker_is_no_checkpoint_and_other_settings_are_named(tmp_path
     save(tmp_path, 60, fingerprint="other")
     folder, _ = checkpoint.newest(tmp_path, FP, log)
     assert folder.name == "step-00000020"
-    assert "step-00000060: it was written with other training settings" in caplog.text
+    assert "checkpoint step-00000060 was trained with other training settings" in caplog.text
+    assert "resuming from step-00000020 instead" in caplog.text
     assert "step-00000040" not in caplog.text  # without its marker it was never a checkpoint
 
 

@@ -46,6 +46,7 @@ def _write_json(path: Path, data) -> None:
             os.fsync(handle.fileno())
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes it owner-only
         os.replace(tmp, path)
+        fsync_dir(path.parent)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -61,18 +62,45 @@ def read_json(path):
     return json.loads(Path(path).read_text())
 
 
+def fsync_dir(path) -> None:
+    """Make a folder's entries (a file created or renamed in it) durable."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_tree(root: Path) -> None:
+    """fsync every file and folder under `root`, and `root` itself."""
+    for folder, _, files in os.walk(root):
+        for name in files:
+            fd = os.open(os.path.join(folder, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        fsync_dir(folder)
+
+
 @contextmanager
 def atomic_dir(path):
-    """Yield a temporary folder that replaces `path` only on success."""
+    """Yield a temporary folder that replaces `path` only on success: its
+    files are fsynced, it is renamed into place, and the parent is fsynced.
+    A previous `path` is moved aside first and removed after the rename."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"))
+    old = tmp.with_name(tmp.name[:-len(".tmp")] + ".old")
     try:
         with space_for(path):
             yield tmp
+            fsync_tree(tmp)
         if path.exists():
-            shutil.rmtree(path)
+            os.replace(path, old)
         os.replace(tmp, path)
+        fsync_dir(path.parent)
     finally:
-        if tmp.exists():
-            shutil.rmtree(tmp)
+        for leftover in (tmp, old):
+            if leftover.exists():
+                shutil.rmtree(leftover)

@@ -3,8 +3,12 @@
 Rank 0 writes everything (the model and optimizer are identical on every
 rank under DDP; the RNG states of all ranks are gathered to it), so nodes
 need no shared filesystem. A checkpoint folder is valid only once its
-COMPLETE marker exists; it is written last, then the folder is renamed
-from its temporary name. Loading uses torch.load(weights_only=True).
+COMPLETE marker exists; it is written last, every file and the folder are
+fsynced, then the folder is renamed from its temporary name (one of this
+host and process: two tries never share one) and the checkpoints folder is
+fsynced. The marker keeps the fingerprint's parts (train/fingerprint.py): a
+checkpoint of other work is never resumed, and one line says what changed.
+Loading uses torch.load(weights_only=True).
 """
 
 from __future__ import annotations
@@ -14,16 +18,20 @@ import hashlib
 import json
 import os
 import shutil
+import socket
+import time
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
-from workflow.scripts.common.atomic import space_for
+from workflow.scripts.common.atomic import fsync_dir, space_for
+from workflow.scripts.train.fingerprint import change
 
 MARKER = "COMPLETE"
 PREFIX = "step-"
 FILES = ("model.pt", "state.pt")
+STALE_ELSEWHERE_SECONDS = 3600  # a temporary folder of another host's try, untouched this long, is dead
 
 
 def _folder(root: Path, step: int) -> Path:
@@ -46,7 +54,7 @@ def save(root, step: int, state: dict, meta: dict, keep: int) -> Path:
     holds each file's sha256, so a damaged file is never trusted."""
     root = Path(root)
     final = _folder(root, step)
-    tmp = root / f".{final.name}.tmp"
+    tmp = root / f".{final.name}.{socket.gethostname()}.{os.getpid()}.tmp"  # this process's own
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     try:
@@ -57,8 +65,36 @@ def save(root, step: int, state: dict, meta: dict, keep: int) -> Path:
         raise
     shutil.rmtree(final, ignore_errors=True)
     os.replace(tmp, final)
+    fsync_dir(root)  # the rename itself survives a crash
     prune(root, keep)
     return final
+
+
+def clean_stale(root) -> list[Path]:
+    """Remove the temporary folders of dead tries: on this host those of a
+    process that is gone, of another host those untouched for an hour."""
+    host, removed = socket.gethostname(), []
+    for tmp in Path(root).glob(f".{PREFIX}*.tmp") if Path(root).is_dir() else []:
+        owner = tmp.name[:-len(".tmp")].split(".")[2:]  # [host..., pid]; hosts may hold dots
+        owner_host, pid = ".".join(owner[:-1]), owner[-1] if owner else ""
+        if owner_host == host and pid.isdigit():
+            dead = int(pid) != os.getpid() and not _alive(int(pid))
+        else:  # another host's, or of an older cpuddp (no owner in the name)
+            dead = time.time() - tmp.stat().st_mtime > STALE_ELSEWHERE_SECONDS or not owner_host
+        if dead:
+            shutil.rmtree(tmp, ignore_errors=True)
+            removed.append(tmp)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _write(tmp: Path, state: dict, meta: dict) -> None:
@@ -73,7 +109,8 @@ def _write(tmp: Path, state: dict, meta: dict) -> None:
         raise
     files = {name: sha256(tmp / name) for name in FILES}
     (tmp / MARKER).write_text(json.dumps({**meta, "files": files}))
-    _fsync_dir(tmp)
+    _fsync_files(tmp)
+    fsync_dir(tmp)
 
 
 def state_bytes(state) -> int:
@@ -95,7 +132,7 @@ def sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _fsync_dir(path: Path) -> None:
+def _fsync_files(path: Path) -> None:
     for item in path.iterdir():
         with open(item, "rb") as handle:
             os.fsync(handle.fileno())
@@ -114,14 +151,8 @@ def prune(root, keep: int) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def damage(folder: Path, fingerprint: str) -> str | None:
-    """Why a checkpoint must not be used, or None."""
-    try:
-        meta = info(folder)
-    except (OSError, ValueError):
-        return "its marker is unreadable"
-    if meta.get("fingerprint") != fingerprint:
-        return "it was written with other training settings (fingerprint)"
+def damage(folder: Path, meta: dict) -> str | None:
+    """Why a checkpoint of the same work must not be used, or None."""
     for name, digest in meta.get("files", {}).items():
         if not (folder / name).is_file():
             return f"{name} is missing"
@@ -130,22 +161,44 @@ def damage(folder: Path, fingerprint: str) -> str | None:
     return None
 
 
-def newest(root, fingerprint: str, log=None) -> tuple[Path, dict] | None:
-    """The newest checkpoint of the same settings that is whole, and its
-    state; every one passed over is named in the log."""
+def newest(root, fingerprint, log=None, remove_other=False) -> tuple[Path, dict] | None:
+    """The newest checkpoint of the same work (fingerprint) that is whole, and
+    its state. Every damaged one passed over is named in the log; those of
+    other work in one line, which names the newest and what changed. With
+    `remove_other` they are deleted: a fresh start's checkpoints must not be
+    pruned in favour of them."""
+    other, found = [], None
     for folder in reversed(valid(root)):
-        reason = damage(folder, fingerprint)
-        state = None
+        try:
+            meta = info(folder)
+        except (OSError, ValueError):
+            meta, reason = None, "its marker is unreadable"
+        changed = meta is not None and change(meta.get("fingerprint"), fingerprint)
+        if changed:
+            other.append((folder, changed))
+            continue
+        reason = damage(folder, meta) if meta is not None else reason
         if reason is None:
             try:
-                state = read(folder)
+                found = folder, read(folder)
+                break
             except Exception as err:  # a file torch cannot read
                 reason = f"it cannot be read ({type(err).__name__}: {str(err).splitlines()[0][:120]})"
-        if state is not None:
-            return folder, state
         if log:
             log.warning(f"skipping checkpoint {folder}: {reason}; trying the next older one")
-    return None
+    if other and log:
+        log.warning(other_work_line(other, found, remove_other))
+    for folder, _ in other if remove_other else []:
+        shutil.rmtree(folder, ignore_errors=True)
+    return found
+
+
+def other_work_line(other: list, found, removed: bool) -> str:
+    """One line: the newest checkpoint of other work, what changed, and what happens instead."""
+    folder, changed = other[0]
+    then = f"resuming from {found[0].name} instead" if found else "starting fresh"
+    more = f" ({len(other)} checkpoints of that work removed)" if removed and len(other) > 1 else ""
+    return f"checkpoint {folder.name} was trained {changed}: {then}{more}"
 
 
 def info(folder) -> dict:
@@ -168,9 +221,11 @@ class Checkpointer:
     (they are collectives); rank 0 alone touches the disk, so nodes need no
     shared filesystem."""
 
-    def __init__(self, root, fingerprint: str, keep: int, rank: int, world_size: int, log):
+    def __init__(self, root, fingerprint: dict | None, keep: int, rank: int, world_size: int, log):
+        """`fingerprint`: train/fingerprint.py's parts (rank 0's; other ranks may pass None)."""
         self.root, self.fingerprint, self.keep = Path(root), fingerprint, keep
         self.rank, self.world_size, self.log = rank, world_size, log
+        self.saved_step: int | None = None  # the step of the newest checkpoint written or resumed (every rank)
 
     @property
     def is_main(self) -> bool:
@@ -186,10 +241,20 @@ class Checkpointer:
                           {"fingerprint": self.fingerprint, **progress.state_dict()}, self.keep)
             self.log.info(f"checkpoint {folder}")
         dist.barrier()
+        self.saved_step = progress.step
+
+    def save_final(self, state, progress) -> None:
+        """A checkpoint at the last step, unless there is one (a collective):
+        a failure while the model is saved then costs no training."""
+        if self.saved_step != progress.step:
+            self.save(state, progress)
 
     def resume(self, state, progress) -> None:
         """Continue from the newest whole checkpoint of the same settings, if any."""
-        payload = [newest(self.root, self.fingerprint, self.log) if self.is_main else None]
+        if self.is_main:
+            for tmp in clean_stale(self.root):
+                self.log.info(f"removed {tmp}: the temporary folder of a try that is gone")
+        payload = [newest(self.root, self.fingerprint, self.log, remove_other=True) if self.is_main else None]
         dist.broadcast_object_list(payload)  # rank 0's disk decides
         if payload[0] is None:
             return
@@ -200,9 +265,10 @@ class Checkpointer:
         # own old rank's state; the data order does not depend on it.
         set_rng_state(rng[self.rank % len(rng)])
         progress.load_state_dict(saved["meta"])
+        self.saved_step = progress.step
         self.log.info(f"resumed from {folder} (step {progress.step})")
 
     def clear(self) -> None:
-        """Once the model is saved only a failed run needs them (rank 0)."""
+        """Once the model is in place only a failed run needs them (rank 0)."""
         if self.is_main:
             shutil.rmtree(self.root, ignore_errors=True)

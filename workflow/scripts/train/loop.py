@@ -8,6 +8,7 @@ import datetime
 import socket
 import time
 
+import psutil
 import torch
 import torch.distributed as dist
 
@@ -67,9 +68,16 @@ def log_progress(progress: Progress, loss, t: TrainingState, global_batch: int, 
 def run_epochs(t: TrainingState, progress: Progress, checkpoints: Checkpointer, log,
                stops: StopRequests | None = None) -> None:
     """The training loop, from wherever `progress` says it is; on a stop
-    request, a checkpoint at the update boundary, then Preempted."""
+    request, a checkpoint at the update boundary, then Preempted. It ends
+    with a checkpoint at the last step (a failure while the model is saved
+    then costs no training); resumed there, it trains nothing and keeps
+    the measures of the try that trained."""
+    if progress.step >= t.total_steps:
+        log.info(f"the training was complete at step {progress.step} (checkpoint): nothing left to train")
+        return
     global_batch = t.sampler.global_size
     progress.position_at_start = progress.samples
+    progress.first_step_at, progress.started_at = None, psutil.Process().create_time()
     t.ddp_model.train()
     start = time.perf_counter()
     while progress.step < t.total_steps:
@@ -98,6 +106,7 @@ def run_epochs(t: TrainingState, progress: Progress, checkpoints: Checkpointer, 
             if progress.step < t.total_steps:
                 checkpoints.save(t, progress)
     progress.seconds = time.perf_counter() - start
+    checkpoints.save_final(t, progress)
 
 
 def stop_here(t: TrainingState, progress: Progress, checkpoints: Checkpointer) -> None:

@@ -6,6 +6,12 @@ Reads its rank from the launcher's environment, joins the process group
 (gloo or ccl), trains (loop.py) with checkpoints and resume, and rank 0
 saves the model with save_pretrained and writes train_metrics.json. Every
 rank keeps a status file (common/logs.py) that the launcher reads.
+
+A finished training is never lost: the loop ends with a checkpoint at the
+last step; after it every rank is done, and rank 0 writes the model and the
+metrics (fsynced, renamed into place), waits for every rank once more, and
+only then removes the checkpoints. A retry after a failure in that window
+resumes at the last step, trains nothing and saves the model.
 """
 
 from __future__ import annotations
@@ -29,11 +35,11 @@ from workflow.scripts.common.decisions import RunDecisions
 from workflow.scripts.common.views import TrainView
 from workflow.scripts.launch import ranks
 from workflow.scripts.launch.ranks import DistEnv
-from workflow.scripts.train import loop, process_group
+from workflow.scripts.train import fault_point, fingerprint, loop, process_group
 from workflow.scripts.train.comm import CommTimer
 from workflow.scripts.train.preempt import StopRequests
 from workflow.scripts.train.checkpoint import Checkpointer
-from workflow.scripts.train.state import Progress, TrainingState, build, fingerprint
+from workflow.scripts.train.state import Progress, TrainingState, build
 
 datasets.disable_progress_bars()
 transformers.utils.logging.disable_progress_bar()
@@ -94,8 +100,8 @@ def metrics_record(cfg: TrainView, decisions: RunDecisions, env: DistEnv, progre
         "train_samples_per_second": round(trained / max(progress.seconds, 1e-9), 3),
         "final_loss": loop.final_loss(progress),
         "resumed_from_step": progress.resumed_from_step,
-        # Startup: rank 0's process start and first finished step (epoch seconds).
-        "process_started_at": round(psutil.Process().create_time(), 3),
+        # Startup: the start of rank 0's process that trained and its first finished step (epoch seconds).
+        "process_started_at": round(progress.started_at or psutil.Process().create_time(), 3),
         "first_step_at": progress.first_step_at and round(progress.first_step_at, 3),
         "allreduce_wait_share": round(sum(r["allreduce_wait_share"] for r in ranks) / len(ranks), 4),
         "peak_rss_mb_per_rank": [r["peak_rss_mb"] for r in ranks],
@@ -120,27 +126,40 @@ def train_and_save(job: Job, env: DistEnv, log, status: logs.RankStatus) -> None
     cfg, decisions, data_dir, out_dir = job.cfg, job.decisions, job.data_dir, job.out_dir
     log.info(f"process group: {process_group.describe()}")
     t, tokenizer = build(cfg, decisions, data_dir, env, log)
-    checkpoints = Checkpointer(out_dir / "checkpoints", fingerprint(cfg, t.sampler.global_size),
-                               cfg.train.keep_checkpoints, env.rank, env.world_size, log)
+    parts = fingerprint.of(cfg, decisions, data_dir, t.sampler.global_size) if env.is_main else None
+    checkpoints = Checkpointer(out_dir / "checkpoints", parts, cfg.train.keep_checkpoints, env.rank,
+                               env.world_size, log)
     progress = Progress()
     checkpoints.resume(t, progress)
     # From here a SIGTERM means "checkpoint, then stop" rather than "stop now";
     # the status says so only once the handler is in place.
     stops = StopRequests()
     status.write("running", resumed_from_step=progress.resumed_from_step)
-    loop.run_epochs(t, progress, checkpoints, log, stops)
-    gathered = [None] * env.world_size
+    loop.run_epochs(t, progress, checkpoints, log, stops)  # ends with a checkpoint at the last step
+    gathered = [None] * env.world_size  # the final barrier: every rank has trained
     dist.all_gather_object(gathered, rank_record(env, t.model, decisions.threads_per_process, t.comm))
+    fault_point.reach("final-save", env.rank)
     if env.is_main:
-        record = metrics_record(cfg, decisions, env, progress, t, gathered)
-        model = intel.plain_model(t.model) if decisions.ipex else t.saved_model()  # fp32, not bf16
-        save_model(model, tokenizer, out_dir / "model")
-        write_json(out_dir / "train_metrics.json", record)
-        log.info(f"done: {progress.step} steps in {progress.seconds:.1f}s, "
-                 f"{record['train_samples_per_second']:.1f} samples/s, final loss {record['final_loss']:.4f}, "
-                 f"all-reduce wait {100 * record['allreduce_wait_share']:.1f}% of step time")
+        save_results(job, env, progress, t, tokenizer, gathered, log)
+    else:
+        status.write("trained")  # nothing of its own to write: done once rank 0 has the model
+    dist.barrier()  # the last collective: the model is in place and every rank is done
+    if env.is_main:
+        status.write("trained")  # first: a failure while the checkpoints go can no longer fail the run
         checkpoints.clear()
-    dist.barrier()  # the last collective: every rank's results are complete after it
+
+
+def save_results(job: Job, env: DistEnv, progress: Progress, t: TrainingState, tokenizer, gathered: list,
+                 log) -> None:
+    """Rank 0: the model, then train_metrics.json, each fsynced and renamed into place."""
+    cfg, decisions, out_dir = job.cfg, job.decisions, job.out_dir
+    record = metrics_record(cfg, decisions, env, progress, t, gathered)
+    model = intel.plain_model(t.model) if decisions.ipex else t.saved_model()  # fp32, not bf16
+    save_model(model, tokenizer, out_dir / "model")
+    write_json(out_dir / "train_metrics.json", record)
+    log.info(f"done: {progress.step} steps in {progress.seconds:.1f}s, "
+             f"{record['train_samples_per_second']:.1f} samples/s, final loss {record['final_loss']:.4f}, "
+             f"all-reduce wait {100 * record['allreduce_wait_share']:.1f}% of step time")
 
 
 def train(cfg: TrainView | dict, decisions: RunDecisions, data_dir: str, out_dir: Path, log_dir: str,

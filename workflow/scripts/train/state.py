@@ -3,8 +3,6 @@ checkpoints through state_dict() and restored with load_state_dict()."""
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 from dataclasses import asdict, dataclass, field
 
@@ -38,15 +36,21 @@ class Progress:
     resumed_from_step: int | None = None
     position_at_start: int = 0  # samples already trained before this process started
     first_step_at: float | None = None  # wall clock (epoch seconds) when this process's first step ended
+    started_at: float | None = None  # wall clock when the process that trained started
 
     SAVED = ("step", "epoch", "batch_in_epoch", "samples", "losses")  # what a resumed run continues from
+    # How the try that trained last went: the final checkpoint keeps it, so
+    # that a retry with nothing left to train reports that training's speed.
+    MEASURED = ("seconds", "position_at_start", "first_step_at", "started_at")
 
     def state_dict(self) -> dict:
-        return {k: v for k, v in asdict(self).items() if k in self.SAVED}
+        return {k: v for k, v in asdict(self).items() if k in self.SAVED + self.MEASURED}
 
     def load_state_dict(self, state: dict) -> None:
         for key in self.SAVED:
             setattr(self, key, state[key])
+        for key in self.MEASURED:  # absent from an older cpuddp's checkpoints
+            setattr(self, key, state.get(key, getattr(Progress, key)))
         self.resumed_from_step = self.step
 
 
@@ -177,15 +181,6 @@ def make_optimizer(model, train: TrainSettings, total_steps: int, decisions: Run
         intel.optimize_training(model, optimizer, intel.torch_dtype(decisions.precision))
     warmup = int(train.warmup_ratio * total_steps)
     return optimizer, get_scheduler(train.lr_scheduler_type, optimizer, warmup, total_steps)
-
-
-def fingerprint(cfg: TrainView, global_batch: int) -> str:
-    """Checkpoints resume only a run with the same settings and global batch:
-    the split into ranks x accumulation may change (the updates do not)."""
-    split = ("batch_size", "gradient_accumulation_steps")
-    train = {k: v for k, v in cfg.train.as_dict().items() if k not in split}
-    text = json.dumps([cfg.model, cfg.task, train, global_batch], sort_keys=True)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def total_steps(train: TrainSettings, steps_per_epoch: int) -> int:
