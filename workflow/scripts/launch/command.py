@@ -88,9 +88,12 @@ def write_hostfile(flavour: str, hosts: list[str], ppn: int, folder) -> Path:
 
 
 def mpirun_argv(flavour: str, mpirun: str, nprocs: int, ppn: int, env: dict,
-                program: list[str], hostfile: str | None = None, extra: list[str] = ()) -> list[str]:
+                program: list[str], hostfile: str | None = None, extra: list[str] = (),
+                passed: tuple[str, ...] = ()) -> list[str]:
     """The launcher command for one flavour, as an argument list.
-    Binding is left to the ranks (pin_command), the same for every MPI."""
+    Binding is left to the ranks (pin_command), the same for every MPI.
+    `passed` names variables forwarded from the launcher's own environment,
+    by name only: their values (a secret) never appear in the command line."""
     if flavour == "openmpi":
         argv = [mpirun, "-n", str(nprocs), "--map-by", f"ppr:{ppn}:node", "--bind-to", "none"]
         if hostfile:
@@ -99,12 +102,16 @@ def mpirun_argv(flavour: str, mpirun: str, nprocs: int, ppn: int, env: dict,
             argv.append("--allow-run-as-root")
         for key, value in env.items():
             argv += ["-x", f"{key}={value}"]
+        for key in passed:
+            argv += ["-x", key]
         return argv + list(extra) + program
     argv = [mpirun, "-n", str(nprocs), "-ppn", str(ppn)]
     if hostfile:
         argv += ["-f", str(hostfile)]
     for key, value in env.items():
         argv += ["-genv", key, str(value)]
+    if passed:
+        argv += ["-genvlist", ",".join(passed)]
     return argv + list(extra) + program
 
 
@@ -145,7 +152,7 @@ def rank_env(info: dict, extra: dict, addr: str, port: int) -> dict:
 
 
 def ranks_argv(dist: DistributedSettings | dict, mpi: dict, hosts: list[str] | None, ppn: int, threads: int, env: dict,
-               program: list[str], workdir=None) -> list[str]:
+               program: list[str], workdir=None, passed: tuple[str, ...] = ()) -> list[str]:
     """`ppn` ranks of `threads` threads on each node: the hostfile's first
     `nodes` hosts (this machine without one), or Slurm's allocation."""
     dist = distributed_of(dist)
@@ -156,7 +163,7 @@ def ranks_argv(dist: DistributedSettings | dict, mpi: dict, hosts: list[str] | N
     if hosts:
         hostfile = write_hostfile(mpi["flavour"], hosts, ppn, workdir or tempfile.mkdtemp(prefix="cpuddp-"))
     nprocs = (len(hosts) if hosts else 1) * ppn
-    return mpirun_argv(mpi["flavour"], mpi["mpirun"], nprocs, ppn, env, program, hostfile, extra)
+    return mpirun_argv(mpi["flavour"], mpi["mpirun"], nprocs, ppn, env, program, hostfile, extra, passed)
 
 
 def run_hosts(dist: DistributedSettings | dict) -> list[str] | None:
@@ -190,10 +197,10 @@ def ranks_per_node(config, info: dict) -> int:
 
 
 def per_node(config, mpi: dict, hosts: list[str] | None, program: list[str], env: dict,
-             workdir=None) -> list[str]:
+             workdir=None, passed: tuple[str, ...] = ()) -> list[str]:
     """One single-threaded rank on each node (the environment check, node
-    set-up), with the launcher and options that train."""
-    return ranks_argv(distributed_of(config), mpi, hosts, 1, 1, base_env(1, env), program, workdir)
+    set-up), with the launcher and options that train; `passed` as in mpirun_argv."""
+    return ranks_argv(distributed_of(config), mpi, hosts, 1, 1, base_env(1, env), program, workdir, passed)
 
 
 def launch_env(config, info: dict) -> dict:

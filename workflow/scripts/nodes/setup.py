@@ -3,7 +3,9 @@ path on every node and build its pinned .venv there (`make venv`), and with
 --data the experiment's data folder (tokenized data, the fetched model) to
 the same path on every node that does not already see the same files,
 through the launcher that trains. The launch node serves both over HTTP at
-a secret URL; each node runs bootstrap.py with its system python3.
+a secret URL, which reaches the nodes through the launcher's environment
+(named on its command line, never valued: `ps` shows that line to every
+user); each node runs bootstrap.py with its system python3.
 
     python -m workflow.scripts.nodes.setup --config C [--data results/<experiment>/data]
 """
@@ -92,12 +94,12 @@ def setup(config: EnvironmentView | dict, timeout: float, data: Path | None = No
     env = data_env(folder)
     archive = workflow_archive()
     server, url = serve_once(archive, address, folder)
-    env.update({"CPUDDP_SETUP_URL": url, "CPUDDP_SETUP_ROOT": str(ROOT),
-                "CPUDDP_SETUP_SHA256": hashlib.sha256(archive).hexdigest()})
+    env.update({"CPUDDP_SETUP_ROOT": str(ROOT), "CPUDDP_SETUP_SHA256": hashlib.sha256(archive).hexdigest()})
     try:
         program = ["python3", "-c", bootstrap.standalone_program()]
+        # the URL is the secret: through the launcher's environment, never its command line
         reports, problems = reach_each(config, mpi.detect_launcher(dist), hosts, program, timeout, env,
-                                       kind="SETUP")
+                                       kind="SETUP", secret={"CPUDDP_SETUP_URL": url})
     finally:
         server.shutdown()
     problems += [f"node {hosts[r['rank']]}: `make venv` failed (exit code {r['make']})" for r in reports if r["make"]]
