@@ -90,6 +90,8 @@ def test_two_checkouts_with_one_hostfile_never_share_a_node(cluster):
     states = holders_over_time(events)  # fails on a host acquired while another run holds it
     runs = {str(work / name / "results" / "two" / run) for name in CHECKOUTS for run in RUNS}
     assert {e["run"] for e in events} == runs
+    spans = [[e["time"] for e in events if e["run"].startswith(str(work / name) + "/")] for name in CHECKOUTS]
+    assert min(spans[1]) < max(spans[0]) and min(spans[0]) < max(spans[1])  # leasing at the same time
     trainings = [{h: run for h, (run, role) in s.items() if role == "training"} for s in states]
     assert max(len(t) for t in trainings) == 2  # both hosts trained at once
     across = any(len({run.split("/results/")[0] for run in t.values()}) == 2 for t in trainings)
