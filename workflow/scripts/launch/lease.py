@@ -37,11 +37,14 @@ of other runs only when too few are free. Nothing waits for a run that is
 not running, so the count and the leases cannot deadlock. A training whose
 reservation was (partly) taken leases free nodes instead and checks them
 first, under its own lease (nodes/check.py, `confirm`): it trains only on
-nodes that were checked and agree with environment.json (it prefers,
-among free nodes and other reservations, those environment.json describes). A training that
-fails keeps its lease for the run's next try (retries start on the same
-nodes; distributed.min_nodes may still drop the ones that no longer
-answer); a training that ends releases it.
+nodes that were checked and agree with environment.json (among free nodes
+and other reservations it prefers those environment.json describes). A
+training that fails keeps its lease for the run's next try (retries start
+on the same nodes; distributed.min_nodes may still drop the ones that no
+longer answer); a training that ends releases it. Across launch machines or
+checkouts (separate Snakemakes, no shared count) a launch may wait, bounded,
+for another's training; reservations still yield, so a sweep stopped after
+its checks never blocks anyone.
 """
 
 from __future__ import annotations
