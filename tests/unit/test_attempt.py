@@ -61,8 +61,10 @@ def test_rank_files_beside_the_try_folders_are_the_newest_try(tmp_path):
 
 def test_the_line_for_ranks_that_never_started_names_their_node():
     line = str(verdict.unstarted([2, 3], ["n1", "n1", "n2", "n2"], 30))
-    assert line.startswith("ranks 2, 3 on n2 did not start within distributed.start_timeout (30 s)")
-    assert "ranks 1, 2 on n1, n2" in str(verdict.unstarted([1, 2], ["n1", "n1", "n2", "n2"], 30))
+    assert line.startswith("ranks 2, 3 did not start within distributed.start_timeout (30 s)")
+    assert "node at fault: n2: check that it answers" in line
+    line = str(verdict.unstarted([0, 1, 2, 3], ["n1", "n1", "n2", "n2"], 30, silent=["n2"]))
+    assert "node at fault: n2:" in line
 
 
 def test_ranks_are_placed_ppn_in_a_row_on_each_host():

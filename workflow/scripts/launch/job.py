@@ -9,6 +9,7 @@ import tempfile
 
 from workflow.scripts.common.views import distributed_of
 from workflow.scripts.launch import command, supervise, verdict
+from workflow.scripts.launch.hosts import reachable
 
 
 def run(config, info: dict, program: list[str], log_dir=None, quiet: bool = False,
@@ -27,7 +28,9 @@ def run(config, info: dict, program: list[str], log_dir=None, quiet: bool = Fals
         outcome = supervise.run(argv, command.launch_env(config, info), log_dir, world,
                                 dist.exit_grace_seconds, quiet, dist.start_timeout)
     if outcome.unstarted:
-        raise verdict.unstarted(outcome.unstarted, rank_hosts(config, info, hosts), dist.start_timeout)
+        placed = rank_hosts(config, info, hosts)
+        nodes = list(dict.fromkeys(placed[r] for r in outcome.unstarted))
+        raise verdict.unstarted(outcome.unstarted, placed, dist.start_timeout, not_answering(config, nodes))
     verdict.judge(outcome, log_dir, world, dist.exit_grace_seconds, dist.timeout_minutes)
 
 
@@ -35,6 +38,17 @@ def world_size(config, info: dict, hosts: list[str] | None = None) -> int:
     """How many ranks a launch on `hosts` (default: the run's) starts."""
     hosts = hosts or command.run_hosts(distributed_of(config))
     return (len(hosts) if hosts else distributed_of(config).nodes) * command.ranks_per_node(config, info)
+
+
+def not_answering(config, nodes: list[str]) -> list[str]:
+    """Of several hostfile nodes whose ranks did not start, those that do not
+    answer now (launch/hosts.py): a launch starts no rank until every node's
+    login has, so the missing ranks alone do not tell which node hangs."""
+    dist = distributed_of(config)
+    if len(nodes) < 2 or dist.launcher == "srun" or not dist.hostfile:
+        return nodes
+    alive, _ = reachable(config, dist.check_timeout_seconds, nodes)
+    return [n for n in nodes if n not in alive] or nodes
 
 
 def rank_hosts(config, info: dict, hosts: list[str] | None) -> list[str]:

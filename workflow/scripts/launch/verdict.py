@@ -46,14 +46,17 @@ def judge(outcome: Outcome, log_dir, world: int, grace: float, timeout_minutes: 
     raise report_failure(outcome.code, log_dir, others)
 
 
-def unstarted(ranks: list[int], hosts: list[str], start_timeout: float) -> UserError:
-    """The one line for ranks that never reported in: which, and on which nodes."""
-    nodes = list(dict.fromkeys(hosts[r] if r < len(hosts) else "unknown host" for r in ranks))
-    which = ", ".join(map(str, ranks))
-    return UserError(f"rank{'s' if len(ranks) > 1 else ''} {which} on {', '.join(nodes)} did not start within "
-                     f"distributed.start_timeout ({start_timeout:g} s), so the launch was stopped: check that "
-                     f"{'these nodes answer' if len(nodes) > 1 else 'this node answers'} (ssh login, home folder, "
-                     "the same Python and repository)")
+def unstarted(ranks: list[int], hosts: list[str], start_timeout: float, silent: list[str] | None = None) -> UserError:
+    """The one line for ranks that never reported in, naming the node at
+    fault: `silent` (those that did not answer when asked), else the nodes of
+    those ranks (`hosts`: the node of each rank)."""
+    nodes = silent or list(dict.fromkeys(hosts[r] if r < len(hosts) else "unknown host" for r in ranks))
+    several = len(nodes) > 1
+    return UserError(f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))} did not start within "
+                     f"distributed.start_timeout ({start_timeout:g} s), so the launch was stopped; "
+                     f"node{'s' if several else ''} at fault: {', '.join(nodes)}: check that "
+                     f"{'they answer' if several else 'it answers'} (ssh login, home folder, the same Python and "
+                     "repository)")
 
 
 def stuck_lines(outcome: Outcome, log_dir, grace: float, timeout_minutes: float | None) -> list[str]:

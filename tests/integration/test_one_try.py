@@ -1,0 +1,225 @@
+"""One try of a run at a time, and a try that ends with its job shell
+(launch/attempt.py, common/lifeline.py, launch/supervise.py): the real
+launcher, Intel MPI's mpirun and real ranks.
+
+- the job shell of a training is killed: nothing of that try survives it,
+  and Snakemake's retry resumes from the last checkpoint;
+- a second try on a busy run folder waits, fails naming the holder, and
+  writes nothing;
+- a rank whose node never runs it (a login that hangs) fails the try after
+  distributed.start_timeout, naming that node.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from helpers.background import Background
+from helpers.faults import RUN, long_experiment
+from helpers.workflow import BIN, REPO
+from workflow.scripts.common import config as cfg
+from workflow.scripts.nodes import describe as environment
+
+ENV = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": str(REPO),
+       "HF_HUB_OFFLINE": "1"}
+
+# A rank that reports in and then waits to be stopped.
+WAITING_RANK = """
+import argparse, time
+from workflow.scripts.common import logs
+from workflow.scripts.launch import ranks
+parser = argparse.ArgumentParser()
+parser.add_argument("--log-dir")
+with logs.exit_status(parser.parse_args().log_dir, ranks.read().rank):
+    time.sleep(3600)
+"""
+
+# ssh for the launcher: HOST runs the command here, except stuck-node,
+# whose login never ends (a hung NFS home).
+SLOW_SSH = """#!/bin/sh
+while [ $# -gt 0 ]; do
+    case "$1" in
+        -[bcDEeFIiJLlmOoPpQRSWw]) shift 2 ;;
+        -*) shift ;;
+        *) break ;;
+    esac
+done
+host="$1"; shift
+[ "$host" = stuck-node ] && exec sleep 3600
+exec sh -c "$*"
+"""
+
+
+def gone(process: psutil.Process) -> bool:
+    try:
+        return process.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def write_launch(work: Path, distributed: dict) -> list[str]:
+    """The launcher's command for a training try in `work` (config,
+    environment.json and the waiting rank program written there)."""
+    config = cfg.validate({"experiment": "t", "task": "mrpc", "model": "m", "train": {"precision": "fp32"},
+                           "distributed": {"backend": "gloo", "processes_per_node": 1, "threads_per_process": 1,
+                                           "exit_grace_seconds": 2, **distributed}})
+    local = {**config, "distributed": {**config["distributed"], "hostfile": None, "nodes": 1,
+                                       "launcher_args": []}}
+    info = environment.describe(local)
+    hosts = [h.strip() for h in Path(distributed["hostfile"]).read_text().split()] if "hostfile" in distributed \
+        else [socket.gethostname()]
+    info["node_reports"] = [{"node": host} for host in hosts]  # as the check saw them
+    (work / "config.json").write_text(json.dumps(config))
+    (work / "environment.json").write_text(json.dumps(info))
+    (work / "rank.py").write_text(WAITING_RANK)
+    (work / "results/run").mkdir(parents=True)
+    return [sys.executable, "-m", "workflow.scripts.launch", "--config", str(work / "config.json"),
+            "--environment", str(work / "environment.json"), "--log-dir", str(work / "logs"), "--try", "1",
+            "--tries", str(work / "results/run/tries.json"), "--", sys.executable, str(work / "rank.py"),
+            "--log-dir", str(work / "logs")]
+
+
+def wait_running(log_dir: Path, ranks: int, job: Background, timeout: float = 120) -> None:
+    deadline = time.time() + timeout
+    while True:
+        statuses = [json.loads(p.read_text()) if p.is_file() else {}
+                    for p in (log_dir / f"rank{r}.exit" for r in range(ranks))]
+        if all(s.get("status") == "running" for s in statuses):
+            return
+        assert job.poll() is None, f"the first try ended:\n{job.output()[-3000:]}"
+        assert time.time() < deadline, "the ranks never started"
+        time.sleep(0.1)
+
+
+def snapshot(folder: Path) -> dict:
+    return {str(p): (p.stat().st_mtime_ns, p.read_bytes()) for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+CHILD_OF_A_SHORT_PARENT = """
+import subprocess, sys
+child = subprocess.Popen([sys.executable, "-c",
+    "import signal, time; from workflow.scripts.common import lifeline; "
+    "lifeline.die_with_parent(signal.SIGKILL); print('armed', flush=True); time.sleep(60)"],
+    stdout=subprocess.PIPE, text=True)
+assert child.stdout.readline().strip() == "armed"
+print(child.pid, flush=True)
+"""
+
+
+def test_a_process_dies_with_its_parent():
+    done = subprocess.run([sys.executable, "-c", CHILD_OF_A_SHORT_PARENT], capture_output=True, text=True,
+                          timeout=60, env=ENV)
+    child, deadline = psutil.Process(int(done.stdout.split()[-1])), time.monotonic() + 10
+    while not gone(child):
+        assert time.monotonic() < deadline, "the child outlived its parent"
+        time.sleep(0.05)
+
+
+@pytest.mark.timeout(300)
+def test_a_second_try_waits_then_names_the_holder_and_writes_nothing(tmp_path, mpi_path):
+    argv = write_launch(tmp_path, {})
+    with Background(argv, env=ENV, cwd=REPO) as first:
+        wait_running(tmp_path / "logs", 1, first)
+        before = {**snapshot(tmp_path / "logs"), **snapshot(tmp_path / "results")}
+        started = time.monotonic()
+        second = subprocess.run([*argv[:argv.index("--try") + 1], "2", *argv[argv.index("--try") + 2:]],
+                                capture_output=True, text=True, env=ENV, cwd=REPO, timeout=120)
+        waited = time.monotonic() - started
+        assert first.poll() is None
+        after = {**snapshot(tmp_path / "logs"), **snapshot(tmp_path / "results")}
+    assert second.returncode == 1
+    line = second.stderr.strip().splitlines()[-1]
+    assert f"another try of this run is still running: pid {first.pid} on host {socket.gethostname()}" in line
+    assert waited >= 2 + 15  # exit_grace_seconds + the launcher's stop
+    assert after == before
+    assert sorted(p.name for p in (tmp_path / "logs").glob("try-*")) == ["try-1"]
+
+
+@pytest.mark.timeout(300)
+def test_a_rank_that_never_starts_fails_the_try_naming_its_node(tmp_path, mpi_path):
+    ssh = tmp_path / "slow-ssh"
+    ssh.write_text(SLOW_SSH)
+    ssh.chmod(0o755)
+    hostfile = tmp_path / "hostfile"
+    hostfile.write_text(f"{socket.gethostname()}\nstuck-node\n")
+    argv = write_launch(tmp_path, {"hostfile": str(hostfile), "nodes": 2, "mpi": "intel", "start_timeout": 15,
+                                   "check_timeout_seconds": 10,
+                                   "launcher_args": ["-bootstrap", "ssh", "-bootstrap-exec", str(ssh)]})
+    started = time.monotonic()
+    with Background(argv, env=ENV, cwd=REPO) as launch:
+        out, _ = launch.communicate(timeout=200)
+        seconds = time.monotonic() - started
+        family = [p for p in psutil.process_iter(["cmdline"]) if str(tmp_path) in " ".join(p.info["cmdline"] or [])]
+    assert launch.returncode == 1, out
+    line = out.strip().splitlines()[-1]
+    assert line.startswith("error: ranks 0, 1 did not start within distributed.start_timeout (15 s)"), out
+    assert "node at fault: stuck-node:" in line  # the nodes asked to answer: only this one did not
+    assert 15 <= seconds < 120
+    assert [p.pid for p in family if not gone(p)] == []  # nothing of the try left, the hung login neither
+    tries = json.loads((tmp_path / "results/run/tries.json").read_text())
+    assert tries[0]["outcome"] == "failed" and "stuck-node" in tries[0]["error"]
+    assert not list((tmp_path / "logs/try-1").glob("rank*.exit"))  # no rank starts before every login has
+
+
+def training_launcher(job: Background, timeout: float = 300) -> psutil.Process:
+    """The launcher of the running training (its parent is the job shell)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        for proc in psutil.Process(job.pid).children(recursive=True):
+            try:
+                cmd = proc.cmdline()
+            except psutil.Error:
+                continue
+            if "workflow.scripts.launch" in cmd and "--tries" in cmd:
+                return proc
+        time.sleep(0.1)
+    raise AssertionError("no training launcher found")
+
+
+def wait_for_checkpoint(work: Path, step: int, job: Background, timeout: float = 400) -> None:
+    marker, deadline = work / RUN / f"checkpoints/step-{step:08d}/COMPLETE", time.time() + timeout
+    while not marker.is_file():
+        assert job.poll() is None, f"the workflow ended before checkpoint {step}:\n{job.output()[-3000:]}"
+        assert time.time() < deadline, f"checkpoint {step} never appeared"
+        time.sleep(0.05)
+
+
+@pytest.mark.timeout(900)
+def test_a_try_ends_with_its_job_shell_and_the_retry_resumes(tmp_path, tiny_model_dir):
+    configfile = long_experiment(tmp_path, tiny_model_dir, retries=1, timeout_minutes=0.5, exit_grace_seconds=5)
+    argv = [str(BIN / "snakemake"), "--snakefile", str(REPO / "Snakefile"), "-d", str(tmp_path),
+            "--profile", str(REPO / "profiles/local"), "--cores", "2", "--configfile", str(configfile)]
+    with Background(argv, env={**os.environ, "PATH": ENV["PATH"], "HF_HUB_OFFLINE": "1"}) as job:
+        wait_for_checkpoint(tmp_path, 20, job)
+        launcher = training_launcher(job)
+        shell = launcher.parent()
+        family = [launcher, *launcher.children(recursive=True)]
+        assert shell.name() == "bash" and len(family) >= 4  # launcher, mpirun, mpiexec, ranks
+        shell.send_signal(signal.SIGKILL)
+        killed = time.monotonic()
+        while any(not gone(p) for p in family):
+            assert time.monotonic() - killed < 5 + 20, \
+                f"outlived the job shell: {[p.pid for p in family if not gone(p)]}"
+            time.sleep(0.1)
+        print(f"\nthe try ended {time.monotonic() - killed:.1f} s after its job shell")
+        out, _ = job.communicate(timeout=600)
+    assert job.returncode == 0, out[-4000:]
+    tries = json.loads((tmp_path / RUN / "tries.json").read_text())
+    assert [t["try"] for t in tries] == [1, 2]
+    assert tries[0]["outcome"] in ("preempted", "failed")
+    assert tries[1]["outcome"] == "ok" and tries[1]["resumed_from_step"] >= 20
+    logs = tmp_path / "logs/train_ddp/tiny/default"
+    assert [Path(t["log_dir"]).name for t in tries] == ["try-1", "try-2"]
+    assert "step 20" in (logs / "try-1/rank0.log").read_text()  # the first try's evidence is kept
+    assert (logs / "try-1/launcher.log").read_text().startswith("launch: ")
+    assert os.readlink(logs / "rank0.log") == "try-2/rank0.log"
