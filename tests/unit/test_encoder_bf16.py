@@ -1,0 +1,70 @@
+"""The packed encoder under train.precision bf16_master (a bf16 encoder, an
+fp32 head widened by train/master.py): it runs, its logits and gradients
+are the fp32 ones within bf16's rounding, through torch's attention and the
+hash kernel's one-node attention alike; in training, dropout follows the
+config's probabilities, from torch or from the kernel."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from helpers.tiny_family import batch, run, tiny_hf
+from workflow.scripts.train import encoder, master
+
+LENGTHS = [12, 7, 12, 3, 9, 7]
+
+
+def close_in_bf16(got: tuple[dict, dict], want: tuple[dict, dict]) -> None:
+    (values, grads), (want_values, want_grads) = got, want
+    for name, value in want_values.items():
+        torch.testing.assert_close(values[name].float(), value, atol=3e-2, rtol=3e-2, msg=name)
+    assert grads.keys() == want_grads.keys()
+    # Relative to its size (bf16 keeps 8 bits; sums of many rows round often), and 2e-4 for a gradient
+    # that is zero in exact arithmetic (a QA loss gives the last norm's bias none).
+    for name, grad in want_grads.items():
+        assert (grads[name].float() - grad).norm() <= 0.08 * grad.norm() + 2e-4, name
+
+
+@pytest.mark.parametrize("hash_dropout", [False, True])
+@pytest.mark.parametrize("task", ["classification", "qa"])
+def test_bf16_encoder_gives_the_fp32_numbers_within_bf16_rounding(task, hash_dropout, hash_dropout_kernel):
+    if hash_dropout and hash_dropout_kernel[0] is None:
+        pytest.skip(f"the dropout kernel did not build: {hash_dropout_kernel[1]}")
+    model, _ = encoder.build(tiny_hf("Bert", task), task, hash_dropout=hash_dropout)
+    inputs = batch(LENGTHS, 12, task)
+    want = run(model.eval(), inputs, task)
+    head = master.to_bf16_encoder(model)
+    assert head == ["head"] and model.encoder.layers[0].query.weight.dtype == torch.bfloat16
+    got = run(model, inputs, task)
+    assert got[0]["loss"].dtype == torch.float32 and model.head.out.weight.dtype == torch.float32
+    close_in_bf16(got, want)
+
+
+@pytest.mark.parametrize("hash_dropout", [False, True])
+def test_training_draws_dropout_at_the_configs_probabilities(hash_dropout, hash_dropout_kernel):
+    if hash_dropout and hash_dropout_kernel[0] is None:
+        pytest.skip(f"the dropout kernel did not build: {hash_dropout_kernel[1]}")
+    hf = tiny_hf("Roberta", "classification", hidden_dropout_prob=0.3, attention_probs_dropout_prob=0.2)
+    model, _ = encoder.build(hf, "classification", hash_dropout=hash_dropout)
+    layer = model.encoder.layers[0]
+    assert (layer.p, layer.p_attention, model.head.p) == (0.3, 0.2, 0.3)
+    master.to_bf16_encoder(model)
+    inputs = batch(LENGTHS, 12, "classification")
+    model.eval()
+    quiet = model(**inputs).logits
+    model.train()
+    torch.manual_seed(5)
+    first = run(model, inputs, "classification")
+    torch.manual_seed(5)
+    again = run(model, inputs, "classification")
+    assert not torch.allclose(first[0]["logits"], quiet)  # dropout on
+    for name, value in first[1].items():  # a seed gives the same masks, forward and backward
+        assert torch.equal(value, again[1][name]), name
+
+
+def test_distilbert_reads_its_own_dropout_names():
+    hf = tiny_hf("DistilBert", "qa", dropout=0.15, attention_dropout=0.25, qa_dropout=0.35)
+    model, _ = encoder.build(hf, "qa", hash_dropout=False)
+    layer = model.encoder.layers[0]
+    assert (layer.p, layer.p_attention, layer.p_attention_output, model.head.p) == (0.15, 0.25, 0.0, 0.35)

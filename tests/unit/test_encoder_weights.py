@@ -1,0 +1,73 @@
+"""The packed encoder loads any transformers checkpoint of the BERT family
+(a model or a folder, a base checkpoint under a new head), saves a folder
+that transformers loads unchanged with the same numbers, and says in one
+line why it does not serve a model outside the family."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from helpers.tiny_family import KINDS, batch, tiny_hf
+from workflow.scripts.train import encoder
+
+
+@pytest.mark.parametrize("task", ["classification", "qa"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_saved_folder_loads_in_transformers_with_the_same_logits(kind, task, tmp_path):
+    import transformers
+
+    hf = tiny_hf(kind, task)
+    model, _ = encoder.build(hf, task, hash_dropout=False)
+    with torch.no_grad():  # trained: other values than the checkpoint's
+        for parameter in model.parameters():
+            parameter.add_(torch.randn_like(parameter) * 0.01)
+    model.save_pretrained(tmp_path)
+    auto = transformers.AutoModelForQuestionAnswering if task == "qa" else \
+        transformers.AutoModelForSequenceClassification
+    loaded = auto.from_pretrained(tmp_path).eval()
+    assert type(loaded) is type(hf)
+    inputs = {k: v for k, v in batch([12, 5, 9], 12, task).items() if k in ("input_ids", "attention_mask")}
+    ours, theirs = model.eval()(**inputs), loaded(**inputs)
+    real = inputs["attention_mask"].bool()
+    for name in ("start_logits", "end_logits") if task == "qa" else ("logits",):
+        got, want = getattr(ours, name), getattr(theirs, name)
+        torch.testing.assert_close(got[real] if task == "qa" else got, want[real] if task == "qa" else want,
+                                   atol=1e-5, rtol=1e-4)
+    again, _ = encoder.build(tmp_path, task, hash_dropout=False)  # and back, from the folder
+    for (name, value), (_, want) in zip(again.state_dict().items(), model.state_dict().items(), strict=True):
+        assert torch.equal(value, want), name
+
+
+def test_a_base_checkpoint_gets_transformers_new_head(tiny_model_dir):
+    """A BertModel folder (pooler, no classifier): the pooler is the head's
+    dense layer, the classifier starts as transformers starts it."""
+    import transformers
+
+    torch.manual_seed(3)
+    model, why_not = encoder.build(tiny_model_dir, "classification", num_labels=4, hash_dropout=False)
+    assert why_not is None and model.head.out.weight.shape == (4, 32)
+    torch.manual_seed(3)
+    hf = transformers.AutoModelForSequenceClassification.from_pretrained(tiny_model_dir, num_labels=4)
+    torch.testing.assert_close(model.head.dense.weight, hf.bert.pooler.dense.weight, atol=0, rtol=0)
+    torch.testing.assert_close(model.head.out.weight, hf.classifier.weight, atol=0, rtol=0)
+    qa, _ = encoder.build(tiny_model_dir, "qa", hash_dropout=False)  # no pooler in BERT's QA model
+    assert qa is not None and qa.head.out.weight.shape == (2, 32)
+
+
+def test_models_outside_the_family_are_named_in_one_line():
+    import transformers
+
+    config = transformers.GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=50, n_positions=16)
+    model, why_not = encoder.build(transformers.GPT2ForSequenceClassification(config), "classification")
+    assert model is None and "gpt2 is not of the BERT family" in why_not and "\n" not in why_not
+    model, why_not = encoder.build(tiny_hf("Bert", "qa"), "classification")
+    assert model is None and "BertForQuestionAnswering is not a classification head" in why_not
+
+
+def test_frozen_parameters_stay_frozen():
+    hf = tiny_hf("DistilBert", "classification")
+    hf.distilbert.embeddings.position_embeddings.weight.requires_grad_(False)  # sinusoidal positions
+    model, _ = encoder.build(hf, "classification", hash_dropout=False)
+    frozen = [n for n, p in model.named_parameters() if not p.requires_grad]
+    assert frozen == ["encoder.embeddings.position.weight"]
