@@ -34,6 +34,7 @@ def test_tune_target_measures_every_layout(tmp_path, tiny_model_dir):
     best = max(result["table"], key=lambda r: r["train_samples_per_second"])
     assert result["best"] == {"processes_per_node": best["processes_per_node"],
                               "threads_per_process": best["threads_per_process"]}
+    assert not (tmp_path / "results/tiny/tune/bursts").exists()  # each burst's saved model is gone
 
 
 def test_tuned_layout_is_applied_or_asked_for(tmp_path):

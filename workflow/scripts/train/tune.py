@@ -2,13 +2,18 @@
 node's cores (1 x C, 2 x C/2, ...) and keep the fastest layout.
 
 Writes the measured table and the best layout; an experiment uses it with
-`distributed.threads_per_process: tuned`.
+`distributed.threads_per_process: tuned`. Each burst (it saves a model) is
+deleted as soon as it is measured, whatever the outcome; a failed one keeps
+only its rank logs, which its error names. A SIGTERM between bursts ends
+tuning the same way (one during a burst stops the burst's ranks first).
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import shutil
+import signal
 import sys
 import tempfile
 from pathlib import Path
@@ -32,8 +37,29 @@ def burst_config(config: dict, ranks: int, threads: int, steps: int) -> dict:
 
 
 def measure(config: dict, data: str, work: Path) -> float:
-    """Training samples/s of one short run."""
-    return run_training(config, data, work, "tuning burst")[1]["train_samples_per_second"]
+    """Training samples/s of one short run in `work`, deleted after it (a
+    failed run's logs kept)."""
+    try:
+        rate = run_training(config, data, work, "tuning burst")[1]["train_samples_per_second"]
+    except BaseException:
+        remove_burst(work, keep="logs")
+        raise
+    remove_burst(work)
+    return rate
+
+
+def remove_burst(work: Path, keep: str | None = None) -> None:
+    """Delete a burst's folder, or everything in it but `keep`."""
+    if keep is None or not (work / keep).is_dir():
+        shutil.rmtree(work, ignore_errors=True)
+        return
+    for path in work.iterdir():
+        if path.name == keep:
+            continue
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink()
 
 
 def tune(config: dict, data: str, steps: int, keep: Path) -> dict:
@@ -63,7 +89,14 @@ def main(argv=None) -> None:
     config = read_json(args.config)
     scratch = Path(args.out).parent / "bursts"
     scratch.mkdir(parents=True, exist_ok=True)
-    result = tune(config, args.data, args.steps, scratch)
+    for earlier in filter(Path.is_dir, scratch.iterdir()):  # an earlier tuning's: its logs only
+        remove_burst(earlier, keep="logs")
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))  # through measure's cleanup
+    try:
+        result = tune(config, args.data, args.steps, scratch)
+    finally:
+        if not any(scratch.iterdir()):  # a failed burst's logs stay
+            scratch.rmdir()
     write_json(args.out, result)
     print(f"tune: best layout {result['best']}; table in {args.out}")
 
