@@ -40,11 +40,11 @@ rule train_ddp:
     # tee ignores SIGTERM, which scancel and time limits send to every process
     # of the job: the launcher's last lines (which rank, its log) reach the log.
     shell:
-        "python -m workflow.scripts.launch --config {input.cfg} --environment {input.env}"
-        " --log-dir {params.rank_logs} --try {resources.attempt} --tries {params.run_dir}/tries.json --"
-        " python -m workflow.scripts.train.rank --config {input.cfg} --environment {input.env}"
-        " --data {input.data} --out {params.run_dir} --log-dir {params.rank_logs} 2>&1"
-        " | (trap '' TERM; exec tee {log})"
+        "python -m workflow.scripts.launch --config {input.cfg:q} --environment {input.env:q}"
+        " --log-dir {params.rank_logs:q} --try {resources.attempt} --tries {params.run_dir:q}/tries.json --"
+        " python -m workflow.scripts.train.rank --config {input.cfg:q} --environment {input.env:q}"
+        " --data {input.data:q} --out {params.run_dir:q} --log-dir {params.rank_logs:q} 2>&1"
+        " | (trap '' TERM; exec tee {log:q})"
 
 
 # Ranks versus threads on one node: `snakemake ... tune` times short bursts
@@ -66,7 +66,7 @@ rule tune_layout:
         mpi=1,
         nodes=ALL_NODES,
     shell:
-        "python -m workflow.scripts.train.tune --config {input.cfg} --data {input.data} --out {output} 2> {log}"
+        "python -m workflow.scripts.train.tune --config {input.cfg:q} --data {input.data:q} --out {output:q} 2> {log:q}"
 
 
 rule tune:
