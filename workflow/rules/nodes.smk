@@ -44,6 +44,7 @@ rule setup_nodes:
         mpi=1,
         nodes=ALL_NODES,
     params:
-        data=f"{RESULTS}/data",
+        # the experiment's data folder, put at the same path on every node
+        data=lambda wc: f"{RESULTS}/data",
     shell:
         "python -m workflow.scripts.nodes.setup --config {input.cfg:q} --data {params.data:q} 2> {log:q}"
