@@ -152,6 +152,12 @@ def test_a_training_checks_only_nodes_environment_json_does_not_describe(monkeyp
     assert check.confirm({"distributed": {"hostfile": "h", "nodes": 2}}, info, ["a", "c"]) == ["c"]
 
 
+def test_a_training_on_the_nodes_environment_json_describes_checks_nothing(tmp_path):
+    (tmp_path / "environment.json").write_text(json.dumps({"node_reports": [{"node": "a"}, {"node": "b"}]}))
+    assert lease.check_new_nodes("train.json", str(tmp_path / "environment.json"), ["b"]) == []  # no process
+    assert lease.check_new_nodes("train.json", str(tmp_path / "environment.json"), None) == []
+
+
 def test_held_through_the_config(tmp_path):
     hostfile = tmp_path / "hostfile"
     hostfile.write_text("a\nb\n")

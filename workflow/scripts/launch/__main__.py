@@ -23,7 +23,6 @@ from pathlib import Path
 from workflow.scripts.common import lifeline, step
 from workflow.scripts.common.views import TrainView, distributed_of
 from workflow.scripts.launch import attempt, hosts, job, lease, tries
-from workflow.scripts.nodes import check
 
 
 def main(argv=None) -> None:
@@ -40,17 +39,17 @@ def main(argv=None) -> None:
     info = json.loads(Path(args.environment).read_text())
     # Packed runs (profiles/xeon, -j N): the nodes of the run's environment
     # check, or others checked now (launch/lease.py); kept for a next try.
-    run, checked = str(Path(args.environment).resolve().parent), [n["node"] for n in info.get("node_reports", [])]
+    run = str(Path(args.environment).resolve().parent)
     with one_try(args, config, program) as (log_dir, program), \
-            lease.held(config, run, "training", keep_when="failed", prefer=checked) as leased:
+            lease.held(config, run, "training", keep_when="failed", prefer=lease.described(info)) as leased:
         if not args.tries:
-            check.confirm(config, info, leased)
+            lease.check_new_nodes(args.config, args.environment, leased)
             job.run(config, info, program, log_dir, hosts=leased)
             return
         with tries.recorded(args.tries, args.attempt, log_dir, {"log_dir": str(log_dir)}) as entry:
             chosen, dropped = hosts.for_retry(config, leased) if args.attempt > 1 else (None, [])
             entry.update(hosts=chosen or leased, dropped=dropped)
-            entry.update(checked_now=check.confirm(config, info, chosen or leased))
+            entry.update(checked_now=lease.check_new_nodes(args.config, args.environment, chosen or leased))
             if log_dir != args.log_dir:
                 attempt.link_newest(args.log_dir, log_dir, job.world_size(config, info, chosen or leased))
             job.run(config, info, program, log_dir, hosts=chosen or leased)

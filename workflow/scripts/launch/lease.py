@@ -36,7 +36,7 @@ those nodes, and that launch then takes free hosts first and reservations
 of other runs only when too few are free. Nothing waits for a run that is
 not running, so the count and the leases cannot deadlock. A training whose
 reservation was (partly) taken leases free nodes instead and checks them
-first, under its own lease (nodes/check.py, `confirm`): it trains only on
+first, under its own lease (`check_new_nodes`: nodes/check.py --confirm): it trains only on
 nodes that were checked and agree with environment.json (among free nodes
 and other reservations it prefers those environment.json describes). A
 training that fails keeps its lease for the run's next try (retries start
@@ -54,6 +54,7 @@ import fcntl
 import json
 import os
 import socket
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -241,6 +242,29 @@ def holders(directory: Path, hosts: list[str]) -> str:
         if host in held and not held[host].get("kept"):
             by.setdefault(_holder(held[host]) + f", run {held[host].get('run')}", []).append(host)
     return "; ".join(f"{', '.join(h)} by {who}" for who, h in by.items()) or "nobody now"
+
+
+def described(environment: dict) -> list[str]:
+    """The nodes an environment.json describes."""
+    return [node["node"] for node in environment.get("node_reports", [])]
+
+
+def check_new_nodes(config_file: str, environment_file: str, hosts: list[str] | None) -> list[str]:
+    """The nodes of `hosts` that environment.json does not describe, checked
+    by the environment check (nodes/check.py --confirm) before a training
+    runs on them; fails with its one line where they differ."""
+    new = [h for h in hosts or [] if h not in described(json.loads(Path(environment_file).read_text()))]
+    if not new:
+        return []
+    done = subprocess.run([sys.executable, "-m", "workflow.scripts.nodes.check", "--config", config_file,
+                           "--confirm", environment_file, "--hosts", ",".join(new)],
+                          stderr=subprocess.PIPE, text=True)
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    if done.returncode:
+        raise UserError(lines[-1].removeprefix("error: ") if lines else
+                        f"the check of {', '.join(new)} ended with exit status {done.returncode}")
+    print("\n".join(lines), file=sys.stderr, flush=True)
+    return new
 
 
 @contextlib.contextmanager

@@ -5,6 +5,11 @@ decisions. A node that does not answer within
 distributed.check_timeout_seconds is named. Writes environment.json.
 
     python -m workflow.scripts.nodes.check --config C --out environment.json
+    python -m workflow.scripts.nodes.check --config C --confirm environment.json --hosts a,b
+
+With --confirm, the training's nodes that environment.json does not
+describe are checked against it (`confirm`; the launcher runs this under
+the training's lease, launch/lease.py).
 """
 
 from __future__ import annotations
@@ -127,9 +132,16 @@ def confirm(config, info: dict, hosts: list[str] | None) -> list[str]:
 def main(argv=None) -> None:
     parser = step.parser(__doc__)
     parser.add_argument("--layout", help="tune/layout.json, for runs with threads_per_process: tuned")
-    parser.add_argument("--out", required=True)
+    parser.add_argument("--out", help="environment.json to write")
+    parser.add_argument("--confirm", metavar="ENVIRONMENT", help="environment.json the --hosts must agree with")
+    parser.add_argument("--hosts", help="with --confirm: the training's nodes, comma-separated")
     args = parser.parse_args(argv)
+    if not (args.out or args.confirm and args.hosts):
+        parser.error("give --out, or --confirm with --hosts")
     config = step.read_config(args)
+    if args.confirm:
+        confirm(config, json.loads(Path(args.confirm).read_text()), args.hosts.split(","))
+        return
     if args.layout:
         cfg.apply_tuned_layout({"run": config}, args.layout)
     view = EnvironmentView.pick(config)  # typed once the tuned layout is in
