@@ -7,7 +7,8 @@ Queries are every token, or each sequence's first token alone (the last
 layer of a classification model: packed [sequences, hidden] rows).
 
 Two paths, the same arithmetic up to rounding:
-- torch's ops under autograd (fp32, or where the C kernel did not build);
+- torch's ops under autograd (fp32, or where the C kernel did not build;
+  the dropout from the kernel where it built);
 - with the hash-dropout kernel on bf16 (train/dropout_kernel.c): the scale,
   softmax (in fp32, rounded once) and dropout in one pass forward and one
   backward, the dropout mask recomputed from a seed; the whole attention of
@@ -19,7 +20,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from workflow.scripts.train.dropout_kernel import dropped, draw_seed, keep_scale
+from workflow.scripts.train.dropout_kernel import KernelDropout, dropped, draw_seed, keep_scale
 from workflow.scripts.train.encoder.packing import Packed
 
 GOLDEN = 0x9E3779B97F4A7C15
@@ -58,8 +59,8 @@ def attention(q, k, v, packed: Packed, heads: int, scaling: float, p: float, fir
     for _, _, qg, kg, vg in _views(q, k, v, packed, first_token, heads):
         scores = torch.matmul(qg, kg.transpose(-1, -2)) * scaling
         probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
-        if p > 0:
-            probs = F.dropout(probs, p, training=True)
+        if p > 0:  # the kernel's mask where it built (fp32: its softmax pass is bf16's only)
+            probs = F.dropout(probs, p, training=True) if kernel is None else KernelDropout.apply(probs, p, kernel)
         out.append(_merge(torch.matmul(probs, vg)))
     return out[0] if len(out) == 1 else torch.cat(out)
 

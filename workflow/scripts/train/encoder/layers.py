@@ -105,7 +105,9 @@ class Encoder(nn.Module):
         super().__init__()
         self.embeddings = Embeddings(spec)
         self.layers = nn.ModuleList(Layer(spec) for _ in range(spec.layers))
-        self.first_token_only = spec.task == "classification"
+        self.reads_first_tokens = spec.task == "classification"
+        self.first_token_only = self.reads_first_tokens
+        """The last layer computes the first tokens alone (False: every token, for measuring what that saves)."""
         self.kernel = None  # the hash-dropout kernel (build): None for torch's dropout
         self.grad_pool = None  # embedding_grad reuse (build): None for torch's embedding backward
 
@@ -116,4 +118,7 @@ class Encoder(nn.Module):
         *inner, last = self.layers
         for layer in inner:
             x = layer(x, packed, self.kernel)
-        return last(x, packed, self.kernel, first_token=self.first_token_only)
+        out = last(x, packed, self.kernel, first_token=self.first_token_only)
+        if self.reads_first_tokens and not self.first_token_only:
+            out = out.index_select(0, packed.first_rows())
+        return out
