@@ -140,10 +140,12 @@ def main() -> None:
     print(f"{args.batches} batches of {args.batch} real {args.task} lengths: {sum(tokens) / len(tokens):.0f} real "
           f"tokens per batch, {100 * (1 - sum(tokens) / sum(padded)):.1f}% padding")
     times = measure(args.model, args.precision, batches, args.rounds)
-    base = statistics.median(times["transformers eager"])
+    base, fastest = statistics.median(times["transformers eager"]), min(times["transformers eager"])
+    print(f"{'row':84s} {'median':>9s} {'min':>8s} {'max':>8s}  eager/row (medians, minima)")
     for name, values in times.items():
         median = statistics.median(values)
-        print(f"{name:84s} {median:8.1f} ms (min {min(values):.1f}, max {max(values):.1f})  {base / median:.2f}x eager")
+        print(f"{name:84s} {median:6.1f} ms {min(values):8.1f} {max(values):8.1f}  {base / median:.2f}x, "
+              f"{fastest / min(values):.2f}x")
     print(f"load average after: {os.getloadavg()}")
 
 

@@ -29,18 +29,22 @@ MASK64 = (1 << 64) - 1
 
 def _views(q, k, v, packed: Packed, first_token: bool, heads: int):
     """Per group of equally long sequences: (query rows, queries per sequence, q, k, v as
-    [sequences, heads, rows, head_size] views of the packed rows)."""
+    [sequences, heads, rows, head_size] views of the packed rows). The rows are cut by split,
+    whose backward is one cat (a slice's backward would zero-fill a whole [tokens, hidden]
+    gradient per group and add them up)."""
     size = k.shape[-1] // heads
-    for first, count, length in packed.groups():
-        start = packed.offsets[first]
-        per_seq = 1 if first_token else length
-        q_start = first if first_token else start
-        q_rows = slice(q_start, q_start + count * per_seq)
-        rows = slice(start, start + count * length)
-        yield (q_rows, per_seq,
-               q[q_rows].view(count, per_seq, heads, size).transpose(1, 2),
-               k[rows].view(count, length, heads, size).transpose(1, 2),
-               v[rows].view(count, length, heads, size).transpose(1, 2))
+    groups = packed.groups()
+    per_seq = [1 if first_token else length for _, _, length in groups]
+    q_sizes = [count * rows for (_, count, _), rows in zip(groups, per_seq)]
+    kv_sizes = [count * length for _, count, length in groups]
+    q_start = 0
+    for (_, count, length), rows, qg, kg, vg in zip(groups, per_seq, q.split(q_sizes), k.split(kv_sizes),
+                                                     v.split(kv_sizes)):
+        yield (slice(q_start, q_start + count * rows), rows,
+               qg.view(count, rows, heads, size).transpose(1, 2),
+               kg.view(count, length, heads, size).transpose(1, 2),
+               vg.view(count, length, heads, size).transpose(1, 2))
+        q_start += count * rows
 
 
 def _merge(context: torch.Tensor) -> torch.Tensor:
