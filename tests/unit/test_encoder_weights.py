@@ -71,3 +71,14 @@ def test_frozen_parameters_stay_frozen():
     model, _ = encoder.build(hf, "classification", hash_dropout=False)
     frozen = [n for n, p in model.named_parameters() if not p.requires_grad]
     assert frozen == ["encoder.embeddings.position.weight"]
+
+
+def test_weight_decay_groups_are_transformers():
+    """Biases and norms undecayed, as train/state.undecayed_names finds them on transformers' model."""
+    from workflow.scripts.train.encoder.weights import names
+    from workflow.scripts.train.state import undecayed_names
+
+    hf = tiny_hf("Electra", "classification")
+    model, _ = encoder.build(hf, "classification", hash_dropout=False)
+    mapping = names(model, hf.base_model_prefix)
+    assert {mapping[name] for name in undecayed_names(model)} == undecayed_names(hf)
