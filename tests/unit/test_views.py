@@ -1,5 +1,6 @@
-"""The typed configuration views (common/views.py) against the schema and the
-stage slices: a key added to one and not the other fails here."""
+"""The typed configuration views (common/views.py), built from the schema:
+every schema key is a field with the schema's default, and every stage's
+slice of every experiment loads as its view."""
 
 from __future__ import annotations
 

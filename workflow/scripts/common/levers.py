@@ -4,30 +4,21 @@ values may be `auto`; `choose` turns it into one with none, and says why.
 The environment check records both in environment.json (`levers`,
 `levers_reason`), and every step reads them from there.
 
-Adding a lever: its key in the schema (train.speed), a field and a rule
-here, its function in train/speed.py (`APPLY`), and its test."""
+Adding a lever: its key in the schema (train.speed: the field of `Levers`),
+a rule here, its function in train/speed.py (`APPLY`), and its test."""
 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 from collections.abc import Callable
+from dataclasses import dataclass
+
+from workflow.scripts.common.schema import View, derive, section_schema
 
 
-@dataclass(frozen=True)
-class Levers:
-    """One value per lever; `auto` only in the settings, never once chosen."""
-    dropout: str = "auto"
-    dropout_bits: str | int = "auto"
-    attention: str = "auto"
-    embedding_allreduce: str = "auto"
-    last_layer: str = "auto"
-    embedding_grad: str = "auto"
-    softmax: str = "auto"
-    padding: str = "auto"
-    allreduce: str = "auto"
-    optimizer: str = "auto"
-    dropout_mask: str = "auto"
+class _Levers(View):
+    """One value per lever (its field and default: the schema's train.speed);
+    `auto` only in the settings, never once chosen."""
 
     @classmethod
     def of(cls, value: dict | Levers | None) -> Levers:
@@ -39,8 +30,8 @@ class Levers:
             raise ValueError(f"train.speed: unknown lever(s) {', '.join(unknown)}")
         return cls(**value)
 
-    def as_dict(self) -> dict:
-        return dataclasses.asdict(self)
+
+Levers = derive("Levers", section_schema("train", "speed"), {}, bases=(_Levers,))
 
 
 @dataclass(frozen=True)
