@@ -2,8 +2,9 @@
 (launch/attempt.py, common/lifeline.py, launch/supervise.py): the real
 launcher, Intel MPI's mpirun and real ranks.
 
-- the job shell of a training is killed: nothing of that try survives it,
-  and Snakemake's retry resumes from the last checkpoint;
+- the job shell of a training, or its launcher, is killed: nothing of
+  that try survives it, and Snakemake's retry resumes from the last
+  checkpoint; the rule log holds both tries, each after its header;
 - a second try on a busy run folder waits, fails naming the holder, and
   writes nothing;
 - a rank whose node never runs it (a login that hangs) fails the try after
@@ -194,8 +195,25 @@ def wait_for_checkpoint(work: Path, step: int, job: Background, timeout: float =
         time.sleep(0.05)
 
 
+def of_the_run(work: Path) -> list[psutil.Process]:
+    """Processes that work in `work` or name it: Snakemake, the job shell,
+    the launcher, mpirun, mpiexec.hydra, its proxy and the ranks."""
+    return [proc for proc in psutil.process_iter(["cmdline", "cwd"]) if proc.pid != os.getpid() and
+            (proc.info["cwd"] == str(work) or str(work) in " ".join(proc.info["cmdline"] or []))]
+
+
+def ended(process: psutil.Process) -> bool:
+    """Exited (or a zombie), the pid maybe taken by another process since."""
+    return not process.is_running() or gone(process)
+
+
 @pytest.mark.timeout(900)
-def test_a_try_ends_with_its_job_shell_and_the_retry_resumes(tmp_path, tiny_model_dir):
+@pytest.mark.parametrize("victim", ["job shell", "launcher"])
+def test_a_try_ends_with_its_job_shell_or_launcher_and_the_retry_resumes(tmp_path, tiny_model_dir, victim):
+    """SIGKILL to the job shell: the launcher gets SIGTERM (PR_SET_PDEATHSIG)
+    and stops its ranks, which checkpoint. SIGKILL to the launcher itself:
+    its guard (launch/guard.py) ends mpirun's session: mpiexec.hydra, the
+    proxy and the ranks, which Intel MPI's mpirun script would leave behind."""
     configfile = long_experiment(tmp_path, tiny_model_dir, retries=1, timeout_minutes=0.5, exit_grace_seconds=5)
     argv = [str(BIN / "snakemake"), "--snakefile", str(REPO / "Snakefile"), "-d", str(tmp_path),
             "--profile", str(REPO / "profiles/local"), "--cores", "2", "--configfile", str(configfile)]
@@ -204,22 +222,34 @@ def test_a_try_ends_with_its_job_shell_and_the_retry_resumes(tmp_path, tiny_mode
         launcher = training_launcher(job)
         shell = launcher.parent()
         family = [launcher, *launcher.children(recursive=True)]
-        assert shell.name() == "bash" and len(family) >= 4  # launcher, mpirun, mpiexec, ranks
-        shell.send_signal(signal.SIGKILL)
+        assert shell.name() == "bash" and {"mpiexec.hydra", "hydra_pmi_proxy"} <= {p.name() for p in family}
+        run = [p for p in of_the_run(tmp_path) if p.pid not in (job.pid, shell.pid)]
+        assert len([p for p in run if p.cmdline()[1:3] == ["-m", "workflow.scripts.train.rank"]]) == 2  # the ranks
+        (shell if victim == "job shell" else launcher).send_signal(signal.SIGKILL)
         killed = time.monotonic()
-        while any(not gone(p) for p in family):
-            assert time.monotonic() - killed < 5 + 20, \
-                f"outlived the job shell: {[p.pid for p in family if not gone(p)]}"
+        while any(not ended(p) for p in [*family, *run]):
+            assert time.monotonic() - killed < 5 + 10, \
+                f"outlived the {victim}: {[(p.pid, p.name()) for p in [*family, *run] if not ended(p)]}"
             time.sleep(0.1)
-        print(f"\nthe try ended {time.monotonic() - killed:.1f} s after its job shell")
+        print(f"\nthe try ended {time.monotonic() - killed:.1f} s after its {victim}")
         out, _ = job.communicate(timeout=600)
     assert job.returncode == 0, out[-4000:]
     tries = json.loads((tmp_path / RUN / "tries.json").read_text())
-    assert [t["try"] for t in tries] == [1, 2]
-    assert tries[0]["outcome"] in ("preempted", "failed")
-    assert tries[1]["outcome"] == "ok" and tries[1]["resumed_from_step"] >= 20
+    # A launcher killed outright records nothing; its try folder and the rule log keep its output.
+    assert [t["try"] for t in tries] == ([1, 2] if victim == "job shell" else [2])
+    assert tries[0]["outcome"] in ("preempted", "failed") or victim == "launcher"
+    assert tries[-1]["outcome"] == "ok" and tries[-1]["resumed_from_step"] >= 20
     logs = tmp_path / "logs/train_ddp/tiny/default"
-    assert [Path(t["log_dir"]).name for t in tries] == ["try-1", "try-2"]
+    assert Path(tries[-1]["log_dir"]).name == "try-2"
     assert "step 20" in (logs / "try-1/rank0.log").read_text()  # the first try's evidence is kept
-    assert (logs / "try-1/launcher.log").read_text().startswith("launch: ")
+    first = (logs / "try-1/launcher.log").read_text()
+    assert first.startswith("== try 1 (attempt 1) started ")
+    assert ("guard: the launcher is gone" in first) == (victim == "launcher")
     assert os.readlink(logs / "rank0.log") == "try-2/rank0.log"
+    # The rule log (a copy of all-tries.log when the try started, then both
+    # appended to) holds every try, in order, each after its header.
+    for path in (tmp_path / "logs/train_ddp/tiny/default.log", logs / "all-tries.log"):
+        text = path.read_text()
+        headers = [line.split(" started ")[0] for line in text.splitlines() if line.startswith("== try ")]
+        assert headers == ["== try 1 (attempt 1)", "== try 2 (attempt 2)"], path
+        assert text.index("step 20") < text.index("== try 2 ") < text.index("resumed from")

@@ -12,7 +12,8 @@ import pytest
 
 from workflow.scripts.common import config as cfg
 from workflow.scripts.common.errors import UserError
-from workflow.scripts.launch import attempt, job, verdict
+from workflow.scripts.launch import attempt, guard, job, verdict
+
 
 def test_a_second_try_waits_then_names_the_holder(tmp_path):
     with attempt.locked(tmp_path, wait=0) as record:
@@ -74,3 +75,21 @@ def test_ranks_are_placed_ppn_in_a_row_on_each_host():
     assert job.rank_hosts(config, {"processes_per_node": 1}, ["a", "b"]) == ["a", "b"]
     assert job.rank_hosts(config, {}, None) == [socket.gethostname()] * 2
     assert config["distributed"]["start_timeout"] == 300
+
+
+def test_a_try_starts_its_output_with_a_header_naming_it():
+    line = attempt.header("logs/train_ddp/x/r/try-3", 2)
+    assert line.startswith("== try 3 (attempt 2) started ")
+    assert line.endswith(f" on {socket.gethostname()}: logs in logs/train_ddp/x/r/try-3")
+
+
+def test_the_guard_ends_the_sessions_it_was_told_of_unless_the_launcher_said_done():
+    assert guard.sessions(b"") == []
+    assert guard.sessions(b"4242\n") == [4242]
+    assert guard.sessions(b"4242\ndone\n") is None
+
+
+def test_the_guard_finds_the_processes_of_a_session():
+    found = guard.members(os.getsid(0))
+    assert found[os.getpid()].startswith("python") or found[os.getpid()] == "pytest"
+    assert guard.members(2 ** 22 + 7) == {}

@@ -8,7 +8,7 @@ rule train_ddp:
         env="results/{experiment}/{run}/environment.json",
         data=run_tokens,
         # the model's local copy (a Hub id fetched once by data_fetch_model)
-        model=lambda wc: fetched_model_of(RUNS[wc.run]),
+        model=run_model,
     output:
         model=directory("results/{experiment}/{run}/model"),
         metrics="results/{experiment}/{run}/train_metrics.json",
@@ -36,15 +36,20 @@ rule train_ddp:
         attempt=lambda wc, attempt: attempt,
     params:
         rank_logs="logs/train_ddp/{experiment}/{run}",
+        all_tries="logs/train_ddp/{experiment}/{run}/all-tries.log",
         run_dir=lambda wc, output: os.path.dirname(output.metrics),
     # tee ignores SIGTERM, which scancel and time limits send to every process
     # of the job: the launcher's last lines (which rank, its log) reach the log.
+    # Every try appends to all-tries.log, after a header line naming it (`==
+    # try N (attempt A) started ...`), and the rule log starts as a copy of it
+    # (Snakemake deletes the rule log before each try): it holds every try.
     shell:
-        "python -m workflow.scripts.launch --config {input.cfg:q} --environment {input.env:q}"
+        "mkdir -p {params.rank_logs:q} && touch {params.all_tries:q} && cp {params.all_tries:q} {log:q} &&"
+        " python -m workflow.scripts.launch --config {input.cfg:q} --environment {input.env:q}"
         " --log-dir {params.rank_logs:q} --try {resources.attempt} --tries {params.run_dir:q}/tries.json --"
         " python -m workflow.scripts.train.rank --config {input.cfg:q} --environment {input.env:q}"
         " --data {input.data:q} --out {params.run_dir:q} --log-dir {params.rank_logs:q} 2>&1"
-        " | (trap '' TERM; exec tee {log:q})"
+        " | (trap '' TERM; exec tee -a {params.all_tries:q} {log:q})"
 
 
 # Ranks versus threads on one node: `snakemake ... tune` times short bursts
@@ -53,8 +58,8 @@ rule train_ddp:
 rule tune_layout:
     input:
         cfg=f"{RESULTS}/{FIRST_RUN}/config/train.json",
-        data=tokens_of(FIRST_RUN),
-        model=lambda wc: fetched_model_of(RUNS[FIRST_RUN]),
+        data=X.tokens_of(FIRST_RUN),
+        model=X.fetched_model_of(RUNS[FIRST_RUN]),
     output:
         "results/{experiment}/tune/layout.json",
     log:

@@ -9,7 +9,8 @@ verdict.py). On a retry (N > 1) the nodes that answer are chosen first
 training try (--tries) runs alone in its run folder and writes into a
 folder of its own, `D/try-N/` (attempt.py): the ranks' `--log-dir D` is
 pointed there. The launcher, mpirun and the ranks end with the job shell
-that started the launcher (SIGTERM: the ranks checkpoint and stop).
+that started the launcher (SIGTERM: the ranks checkpoint and stop), and
+mpirun and the ranks with the launcher, however it ends (guard.py).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import signal
+import sys
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -40,7 +42,7 @@ def main(argv=None) -> None:
     # Packed runs (profiles/xeon, -j N): the nodes of the run's environment
     # check, or others checked now (launch/lease.py); kept for a next try.
     run = str(Path(args.environment).resolve().parent)
-    with one_try(args, config, program) as (log_dir, program), \
+    with one_try(args, config, program) as (log_dir, program, hold), \
             lease.held(config, run, "training", keep_when="failed", prefer=lease.described(info)) as leased:
         if not args.tries:
             lease.check_new_nodes(args.config, args.environment, leased)
@@ -52,23 +54,27 @@ def main(argv=None) -> None:
             entry.update(checked_now=lease.check_new_nodes(args.config, args.environment, chosen or leased))
             if log_dir != args.log_dir:
                 attempt.link_newest(args.log_dir, log_dir, job.world_size(config, info, chosen or leased))
-            job.run(config, info, program, log_dir, hosts=chosen or leased)
+            job.run(config, info, program, log_dir, hosts=chosen or leased, hold=hold)
 
 
 @contextmanager
 def one_try(args, config, program: list[str]):
-    """(log folder, ranks' command) of this launch. A training try (--tries)
-    first takes its run folder's lock, then a try-N folder of its own, which
-    also gets the launcher's output (launcher.log)."""
+    """(log folder, ranks' command, fds the launch's guard holds) of this
+    launch. A training try (--tries) first takes its run folder's lock, then
+    a try-N folder of its own, which also gets the launcher's output
+    (launcher.log, after a header line naming the try: the rule log, which
+    every try appends to, has it too). The guard (guard.py) holds the lock too: a next try
+    waits until nothing of this one runs, even if this launcher is killed."""
     if not (args.tries and args.log_dir):
-        yield args.log_dir, program
+        yield args.log_dir, program, ()
         return
     wait = attempt.lock_wait(distributed_of(config).exit_grace_seconds)
     with attempt.locked(Path(args.tries).parent, wait) as record:
         folder = attempt.new_folder(args.log_dir)
         record(folder=str(folder))
         attempt.copy_output(folder / "launcher.log")
-        yield folder, attempt.for_try(program, args.log_dir, folder)
+        print(attempt.header(folder, args.attempt), file=sys.stderr, flush=True)
+        yield folder, attempt.for_try(program, args.log_dir, folder), (record.fd,)
 
 
 if __name__ == "__main__":

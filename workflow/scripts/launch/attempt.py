@@ -7,12 +7,17 @@ earlier try needs to stop: distributed.exit_grace_seconds plus the
 launcher's own stop, STOP_SECONDS), then fails with one line naming the
 holder. The descriptor is close-on-exec: mpirun and the ranks never hold the
 lock, so a stray process cannot keep it forever; the launcher lets go only
-after its ranks are gone (supervise.stop).
+after its ranks are gone (supervise.stop). The launch's guard (guard.py)
+holds it as well: a launcher killed outright frees the lock only once the
+guard has ended every process of its launch (within the grace and a few
+seconds, less than `wait`).
 
 The folder. Each try writes its rank logs, status files and console output
 (launcher.log) into `<rank-log folder>/try-N/`, N one more than the highest
 already there (Snakemake's attempt restarts at 1 with each invocation, so N
-is not that). Earlier tries' folders are kept. `rank<k>.log` and
+is not that). Earlier tries' folders are kept. Its output starts with a
+header line (`== try N (attempt A) started ... on HOST`), which also
+separates the tries in the rule log (train.smk appends to it). `rank<k>.log` and
 `rank<k>.exit` beside them are links to the newest try's.
 """
 
@@ -80,6 +85,7 @@ def locked(run_dir, wait: float):
             os.ftruncate(fd, 0)
             os.pwrite(fd, json.dumps(holder).encode(), 0)
 
+        record.fd = fd  # for the launch's guard (guard.py), which holds the lock as long as the launch runs
         record()
         try:
             yield record
@@ -109,6 +115,13 @@ def new_folder(log_dir) -> Path:
             return folder
         except FileExistsError:
             number += 1
+
+
+def header(folder, attempt: int) -> str:
+    """The line that starts a try's output in launcher.log and the rule log."""
+    number = FOLDER.search(Path(folder).name).group(1)
+    started = time.strftime("%Y-%m-%d %H:%M:%S %z")
+    return f"== try {number} (attempt {attempt}) started {started} on {socket.gethostname()}: logs in {folder}"
 
 
 def link_newest(log_dir, folder, world: int) -> None:

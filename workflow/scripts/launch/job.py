@@ -13,10 +13,11 @@ from workflow.scripts.launch.hosts import reachable
 
 
 def run(config, info: dict, program: list[str], log_dir=None, quiet: bool = False,
-        hosts: list[str] | None = None) -> None:
+        hosts: list[str] | None = None, hold: tuple[int, ...] = ()) -> None:
     """Start `program` on every rank (on `hosts`, default: the run's) and
     wait, with the ranks' exit bounded; raises the one line that says what
-    went wrong (errors.Preempted when the ranks checkpointed on request)."""
+    went wrong (errors.Preempted when the ranks checkpointed on request).
+    `hold`: fds the launch's guard keeps open until nothing of it runs."""
     dist = distributed_of(config)
     hosts = hosts or command.run_hosts(dist)
     world = world_size(config, info, hosts)
@@ -26,7 +27,7 @@ def run(config, info: dict, program: list[str], log_dir=None, quiet: bool = Fals
             print("launch: " + through_env(config, command.launch_env(config, info)) + " ".join(argv),
                   file=sys.stderr, flush=True)
         outcome = supervise.run(argv, command.launch_env(config, info), log_dir, world,
-                                dist.exit_grace_seconds, quiet, dist.start_timeout)
+                                dist.exit_grace_seconds, quiet, dist.start_timeout, hold)
     if outcome.unstarted:
         placed = rank_hosts(config, info, hosts)
         nodes = list(dict.fromkeys(placed[r] for r in outcome.unstarted))

@@ -5,6 +5,14 @@ the others get a grace period; a rank still running after it has its Python
 stacks dumped into its log (SIGUSR1, for ranks on this host) and is stopped
 with the launcher. A run whose ranks had all written their results before
 teardown still succeeds, with a warning: nothing finished is thrown away.
+
+mpirun runs in a session of its own, watched by a guard (guard.py) that
+ends the session if this process dies without ending it itself. Signals
+still go the way they did: a SIGTERM here is forwarded to mpirun, its
+children and the ranks of this host (which checkpoint), and stop() stops
+mpirun first, then what it left. A Ctrl-C in a terminal reaches only this
+process now (mpirun is not in the terminal's process group): stop() ends
+the launch.
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ from dataclasses import dataclass, field
 import psutil
 
 from workflow.scripts.common import lifeline, logs
+from workflow.scripts.launch import guard
 
 POLL_SECONDS = 0.5
 DUMP_WAIT_SECONDS = 2.0
@@ -39,18 +48,24 @@ class Outcome:
 
 
 def run(command: list[str], env: dict, log_dir, world: int, grace: float, quiet: bool = False,
-        start_timeout: float | None = None) -> Outcome:
+        start_timeout: float | None = None, hold: tuple[int, ...] = ()) -> Outcome:
     """Run the launcher and watch its ranks. A SIGTERM to this process goes
     on to the launcher and the ranks here, which checkpoint and stop.
     `quiet` keeps the ranks' output off the console (their logs have it).
-    The launcher gets SIGTERM if this process dies; a rank without a status
-    file after `start_timeout` seconds fails the launch."""
+    The launcher runs in a session of its own, which a guard ends if this
+    process dies by any means (guard.py; the guard also holds the fds
+    `hold`, the run's lock); a rank without a status file after
+    `start_timeout` seconds fails the launch."""
     for rank in range(world if log_dir else 0):
         logs.status_path(log_dir, rank).unlink(missing_ok=True)  # an earlier try's (without a try folder)
     output = subprocess.DEVNULL if quiet else None
-    me = os.getpid()
-    proc = subprocess.Popen(command, env=env, stdout=output, stderr=output,
-                            preexec_fn=lambda: lifeline.die_with_parent(signal.SIGTERM, me))
+    watchdog = guard.Guard(grace, hold)
+    try:
+        proc = subprocess.Popen(command, env=env, stdout=output, stderr=output, start_new_session=True,
+                                preexec_fn=armed(watchdog, os.getpid()))
+    except BaseException:
+        watchdog.release()
+        raise
     statuses: list[dict] = []
     signalled: list[float] = []
 
@@ -67,6 +82,16 @@ def run(command: list[str], env: dict, log_dir, world: int, grace: float, quiet:
         raise
     finally:
         signal.signal(signal.SIGTERM, previous)
+        watchdog.release()
+
+
+def armed(watchdog: guard.Guard, parent: int):
+    """What mpirun's child runs before exec: the guard learns its session,
+    and it gets SIGTERM if the launcher (`parent`) exits first."""
+    def before_exec() -> None:
+        watchdog.arm()
+        lifeline.die_with_parent(signal.SIGTERM, parent)
+    return before_exec
 
 
 def signal_launcher(proc: subprocess.Popen, signum: int) -> None:
