@@ -28,9 +28,15 @@ def cells(html_text: str, table_id: str) -> list[list[str]]:
 def test_workflow_writes_the_report_files(sweep_run):
     report = sweep_run[0] / f"results/{EXPERIMENT}/report"
     for name in ["summary.html", "scaling.png", "loss.png", "quantization.html", "environment.html",
-                 "overview.html"] + [f"loss/{run}.png" for run in RUNS]:
+                 "tries.html", "overview.html"] + [f"loss/{run}.png" for run in RUNS]:
         assert (report / name).is_file(), name
     assert all(run in (report / "environment.html").read_text() for run in RUNS)
+    tries = (report / "tries.html").read_text()
+    for run in RUNS:  # one ok try each, linked to its try-1/ folder, which is there
+        header, row = cells(tries, f"cpuddp-tries-{run}")
+        assert row[1] == "ok"
+        href = re.search(r'href="([^"]+)"', row[6]).group(1)
+        assert href.endswith(f"{run}/try-1/") and (report / href / "launcher.log").is_file()
 
 
 @pytest.fixture(scope="module")

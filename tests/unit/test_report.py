@@ -123,10 +123,35 @@ def test_write_report_from_run_folders(tmp_path):
         write_json(results / e["run"] / "environment.json", {"host": "h", "versions": {}})
     written = render.write_report(SUMMARY, {"published": None}, results, results / "report")
     names = {p.relative_to(results / "report").as_posix() for p in written}
-    assert names == {"summary.html", "quantization.html", "environment.html", "scaling.png", "loss.png",
-                     "loss/ppn1.png", "loss/ppn2.png", "overview.html"}
+    assert names == {"summary.html", "quantization.html", "environment.html", "tries.html", "scaling.png",
+                     "loss.png", "loss/ppn1.png", "loss/ppn2.png", "overview.html"}
     overview = (results / "report" / "overview.html").read_text()
     assert 'id="cpuddp-summary"' in overview and overview.count("data:image/png;base64,") == 2
+
+
+def test_each_run_has_a_table_of_its_tries_linking_their_log_folders(tmp_path):
+    logs = tmp_path / "logs/train_ddp/fake/ppn2"
+    tries = [{"try": 1, "outcome": "failed", "error": "rank 1 on n2 exited with code 137 (killed)",
+              "hosts": ["n1", "n2"], "dropped": [], "seconds": 61.2, "resumed_from_step": None,
+              "log_dir": str(logs / "try-1")},
+             {"try": 2, "outcome": "ok", "hosts": ["n1"], "dropped": ["n2"], "seconds": 30.0,
+              "resumed_from_step": 20, "log_dir": str(logs / "try-2")}]
+    summary = {**SUMMARY, "runs": [SUMMARY["runs"][0], {**SUMMARY["runs"][1], "tries": tries}]}
+    for e in summary["runs"]:
+        write_json(tmp_path / "results/fake" / e["run"] / "train_metrics.json",
+                   {"loss_history": [[10, 0.4]], "steps": 10, "train_samples": 160})
+        write_json(tmp_path / "results/fake" / e["run"] / "environment.json", {"host": "h"})
+    out = tmp_path / "results/fake/report"
+    render.write_report(summary, {"published": None}, tmp_path / "results/fake", out)
+    html_text = (out / "tries.html").read_text()
+    assert cells(html_text, "cpuddp-tries-ppn1") == [["try", "outcome", "error", "resumed from step", "hosts",
+                                                      "seconds", "log folder"]]
+    header, first, second = cells(html_text, "cpuddp-tries-ppn2")
+    assert first[:6] == ["1", "failed", "rank 1 on n2 exited with code 137 (killed)", "—", "n1, n2", "61.2"]
+    assert second[:6] == ["2", "ok", "", "20", "n1 (dropped n2)", "30"]
+    assert second[6] == f'<a href="../../../logs/train_ddp/fake/ppn2/try-2/">{logs / "try-2"}</a>'
+    assert (out / "../../../logs/train_ddp/fake/ppn2/try-2/").resolve() == (logs / "try-2").resolve()
+    assert 'id="cpuddp-tries-ppn2"' in (out / "overview.html").read_text()
 
 
 # ---------------------------------------------------- the workflow's report

@@ -15,7 +15,7 @@ rule report_summary:
         train=expand("{d}/train_metrics.json", d=run_dirs()),
         fp32=expand("{d}/eval_fp32.json", d=run_dirs()),
         # fp32 OpenVINO and int8 beside eager fp32 (else both are null).
-        runtimes=runtime_evaluations,
+        runtimes=lambda wc: X.runtime_evaluations(),
         deploy=expand("{d}/deploy", d=run_dirs()),
     output:
         summary=f"{RESULTS}/summary.json",
@@ -59,6 +59,13 @@ rule report_summary:
             caption="../report/environment.rst",
             category="Environment",
             labels={"table": "every run"},
+        ),
+        # Each run's tries (tries.json): outcome, error, resumed step, nodes, log folder.
+        tries=report(
+            f"{RESULTS}/report/tries.html",
+            caption="../report/tries.rst",
+            category="Training",
+            labels={"run": "tries of every run"},
         ),
     log:
         f"logs/report_summary/{EXP}.log",

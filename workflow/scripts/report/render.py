@@ -3,8 +3,13 @@
 Writes into --out-dir (the rule marks each for `snakemake --report`):
 summary.html (every run), scaling.png (measured speedup against ideal and
 published), loss.png (all runs) and loss/<run>.png, quantization.html (fp32
-against int8), environment.html (the machine and software of each run) and
-overview.html (the landing page: runs table and both charts, embedded).
+against int8), environment.html (the machine and software of each run),
+tries.html (each run's tries: outcome, error, resumed step, nodes, log
+folder) and overview.html (the landing page: runs table, both charts
+embedded, tries). A try's log folder is a link relative to the report
+folder: it opens where the files are (the HTML in results/<experiment>/
+report/); Snakemake's report.html embeds only the files marked report(),
+not the logs, so there the path is what tells where to look.
 HTML files are fragments with inline styles, so that they read the same in
 the report's viewer and inside its landing page. The tables are made in
 tables.py, the charts in charts.py; this module reads and writes.
@@ -20,7 +25,7 @@ from workflow.scripts.common.atomic import read_json
 from workflow.scripts.common.errors import run_cli
 from workflow.scripts.report.charts import plot_loss, plot_losses, plot_scaling
 from workflow.scripts.report.runs import read_environment, read_train_metrics
-from workflow.scripts.report.tables import environment_table, quantization_table, summary_table
+from workflow.scripts.report.tables import environment_table, quantization_table, summary_table, tries_table
 
 
 def write_report(summary: dict, settings: dict, results: Path, out_dir: Path) -> list[Path]:
@@ -30,9 +35,11 @@ def write_report(summary: dict, settings: dict, results: Path, out_dir: Path) ->
     envs = {e["run"]: read_environment(results / e["run"]) for e in entries}
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
+    tries = "".join(tries_table(e, str(out_dir)) for e in entries)
     for name, text in (("summary.html", summary_table(summary)),
                        ("quantization.html", quantization_table(entries)),
-                       ("environment.html", environment_table(envs))):
+                       ("environment.html", environment_table(envs)),
+                       ("tries.html", tries)):
         (out_dir / name).write_text(text)
         written.append(out_dir / name)
     plot_scaling(entries, settings.get("published"), out_dir / "scaling.png")
@@ -41,18 +48,19 @@ def write_report(summary: dict, settings: dict, results: Path, out_dir: Path) ->
     for name, train in trains.items():
         plot_loss(name, train, out_dir / "loss" / f"{name}.png")
         written.append(out_dir / "loss" / f"{name}.png")
-    (out_dir / "overview.html").write_text(overview(summary, out_dir))
+    (out_dir / "overview.html").write_text(overview(summary, out_dir, tries))
     return written + [out_dir / "overview.html"]
 
 
-def overview(summary: dict, out_dir: Path) -> str:
-    """The report's landing page: the runs table and both charts, embedded."""
+def overview(summary: dict, out_dir: Path, tries: str = "") -> str:
+    """The report's landing page: the runs table, both charts (embedded)
+    and each run's tries."""
     parts = [summary_table(summary)]
     for name, alt in (("scaling.png", "scaling chart"), ("loss.png", "loss chart")):
         data = base64.b64encode((out_dir / name).read_bytes()).decode()
         parts.append(f'<p><img id="cpuddp-{name[:-4]}" alt="{alt}" src="data:image/png;base64,{data}"'
                      ' style="max-width:100%"></p>\n')
-    return "".join(parts)
+    return "".join(parts) + tries
 
 
 def main(argv=None) -> None:

@@ -1,6 +1,6 @@
 """The report's HTML tables: every run, the three inference models of each
-run side by side (eager fp32, OpenVINO fp32 and int8), and each run's
-environment.
+run side by side (eager fp32, OpenVINO fp32 and int8), each run's
+environment, and each run's tries.
 
 Tables are fragments with inline styles, so that they read the same in the
 report's viewer and inside its landing page (overview.html).
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime
 import html
+import os
 
 from workflow.scripts.common.candidates import CANDIDATES, LABELS
 from workflow.scripts.report.numbers import figure, is_number, percent, ratio
@@ -29,15 +30,30 @@ def duration(seconds) -> str:
     return "—" if seconds is None else str(datetime.timedelta(seconds=round(seconds)))
 
 
+class Link(str):
+    """A cell whose text links to `href` (a path relative to the table's file)."""
+
+    def __new__(cls, text: str, href: str):
+        cell = super().__new__(cls, text)
+        cell.href = href
+        return cell
+
+
 def html_table(table_id: str, header: list[str], rows: list[list[str]], caption: str = "") -> str:
     """An inline-styled HTML table; cells are escaped here."""
     head = "".join(f'<th style="{HEAD}">{html.escape(h)}</th>' for h in header)
     body = "".join(
-        "<tr>" + "".join(f'<td style="{_cell_style(str(c))}">{html.escape(str(c))}</td>' for c in row) + "</tr>"
+        "<tr>" + "".join(f'<td style="{_cell_style(str(c))}">{_content(c)}</td>' for c in row) + "</tr>"
         for row in rows)
     cap = f'<caption style="text-align:left;font-weight:600">{html.escape(caption)}</caption>' if caption else ""
     return (f'<div style="overflow-x:auto"><table id="{table_id}" style="{TABLE}">{cap}'
             f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>\n")
+
+
+def _content(cell) -> str:
+    if isinstance(cell, Link):
+        return f'<a href="{html.escape(cell.href)}">{html.escape(str(cell))}</a>'
+    return html.escape(str(cell))
 
 
 def _cell_style(text: str) -> str:
@@ -72,6 +88,25 @@ def summary_table(summary: dict) -> str:
         rows.append([str(c) for c in row])
     caption = f"{summary['experiment']}: {len(entries)} run(s), baseline {entries[0]['run']}"
     return html_table("cpuddp-summary", header, rows, caption)
+
+
+def tries_table(entry: dict, out_dir: str) -> str:
+    """One run's tries (tries.json, in summary.json): outcome, error line,
+    the step it resumed from, its nodes and its log folder (linked from
+    `out_dir`, where the table's file is; both relative to the workflow's
+    folder or both absolute)."""
+    header = ["try", "outcome", "error", "resumed from step", "hosts", "seconds", "log folder"]
+    rows = []
+    for t in entry.get("tries") or []:
+        hosts = ", ".join(t.get("hosts") or []) or "this machine"
+        if t.get("dropped"):
+            hosts += f" (dropped {', '.join(t['dropped'])})"
+        folder = t.get("log_dir")
+        rows.append([str(t.get("try")), t.get("outcome", "—"), t.get("error") or "", figure(t.get("resumed_from_step")),
+                     hosts, figure(t.get("seconds")),
+                     Link(folder, os.path.relpath(folder, out_dir) + "/") if folder else "—"])
+    caption = f"{entry['run']}: {len(rows)} recorded tr{'y' if len(rows) == 1 else 'ies'}"
+    return html_table(f"cpuddp-tries-{entry['run']}", header, rows, caption)
 
 
 def quantization_table(entries: list[dict]) -> str:
