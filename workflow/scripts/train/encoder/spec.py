@@ -62,8 +62,9 @@ def why_not(config, task: str) -> str | None:
         return f"position_embedding_type {config.position_embedding_type} (only absolute positions)"
     if getattr(config, "chunk_size_feed_forward", 0):
         return "chunk_size_feed_forward is set"
-    if family == "electra" and getattr(config, "summary_type", "first") not in ("first", None) and task != "qa":
-        return f"ELECTRA summary_type {config.summary_type}"
+    act = getattr(config, "activation" if family == "distilbert" else "hidden_act", "gelu")
+    if not isinstance(act, str):
+        return f"the activation is a {type(act).__name__}, not a name"
     if task == "qa" and config.num_labels != 2:
         return f"a QA head with {config.num_labels} outputs, not 2"
     return None
