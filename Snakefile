@@ -27,6 +27,13 @@ if CLUSTER:
 
 
 include: "workflow/rules/common.smk"
+
+
+# Every wildcard matches only what this experiment has (helpers/experiment.py).
+wildcard_constraints:
+    **X.wildcard_constraints(),
+
+
 include: "workflow/rules/config.smk"
 include: "workflow/rules/nodes.smk"
 include: "workflow/rules/data.smk"
@@ -44,5 +51,5 @@ rule all:
     default_target: True
     input:
         rules.report_summary.output,
-        plan_outputs(),
-        table_outputs(),
+        X.plan_outputs(),
+        X.table_outputs(),

@@ -49,7 +49,7 @@ from bench.train_bench import MODEL, full_config
 from bench.train_bench import run_trainer as bench_trainer
 from workflow.scripts.common import config as cfg
 from workflow.scripts.common import hardware, levers
-from workflow.scripts.common.snakemake_env import prepare_job_environment
+from workflow.helpers.snakemake_env import prepare_job_environment
 from workflow.scripts.data.batching import pad_collate
 from workflow.scripts.train.runs import run_training
 

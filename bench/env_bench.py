@@ -19,7 +19,7 @@ from workflow.scripts.common import config as cfg
 from workflow.scripts.common import hardware
 from workflow.scripts.common.errors import UserError
 from workflow.scripts.common.matmul import matmul_gflops
-from workflow.scripts.common.snakemake_env import prepare_job_environment
+from workflow.helpers.snakemake_env import prepare_job_environment
 from workflow.scripts.train.runs import run_training
 
 

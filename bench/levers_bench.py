@@ -21,7 +21,7 @@ from pathlib import Path
 from bench.train_bench import MODEL, full_config, prepare
 from workflow.scripts.common import config as cfg
 from workflow.scripts.common import hardware
-from workflow.scripts.common.snakemake_env import prepare_job_environment
+from workflow.helpers.snakemake_env import prepare_job_environment
 from workflow.scripts.train.runs import run_training
 
 # name -> (distributed settings, train settings); batch 16 x 2 ranks x 1 = 32

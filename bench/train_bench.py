@@ -45,7 +45,7 @@ from workflow.scripts.common import tasks
 from workflow.scripts.train.runs import run_training
 from workflow.scripts.data.sources import load_local
 from workflow.scripts.common.modeling import load_tokenizer
-from workflow.scripts.common.snakemake_env import prepare_job_environment
+from workflow.helpers.snakemake_env import prepare_job_environment
 from workflow.scripts.common import hardware, levers
 from bench.step_profile import matmul_peak_gflops, profile_step
 

@@ -10,7 +10,8 @@ import huggingface_hub
 import pytest
 from huggingface_hub.errors import LocalEntryNotFoundError
 
-from workflow.scripts.common import model_copy, stages
+from workflow.helpers import stages
+from workflow.scripts.common import model_copy
 from workflow.scripts.common.errors import UserError
 from workflow.scripts.data import fetch_model
 

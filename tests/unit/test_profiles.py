@@ -10,8 +10,8 @@ import yaml
 from helpers.workflow import REPO
 from workflow.scripts.common import config as cfg
 from workflow.scripts.common import profiles, recipe
-from workflow.scripts.common import plan_lines
-from workflow.scripts.common.plan_lines import run_line
+from workflow.helpers import plan_lines
+from workflow.helpers.plan_lines import run_line
 
 EXPERIMENTS = sorted((REPO / "experiments").glob("*.yaml"))
 # The machines: the profile's cluster file says these, an experiment never.

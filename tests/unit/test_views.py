@@ -11,7 +11,8 @@ import pytest
 import yaml
 
 from workflow.scripts.common import config as cfg
-from workflow.scripts.common import stages, views
+from workflow.helpers import stages
+from workflow.scripts.common import views
 
 REPO = Path(__file__).resolve().parents[2]
 SCHEMA = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())

@@ -1,5 +1,5 @@
 # Per-stage configuration files: the slice each stage depends on
-# (workflow/scripts/common/stages.py), rewritten only when it changes.
+# (workflow/helpers/stages.py), rewritten only when it changes.
 
 
 rule config_stage:

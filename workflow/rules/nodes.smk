@@ -34,8 +34,8 @@ rule setup_nodes:
     input:
         cfg=f"{RESULTS}/{max(RUNS, key=lambda r: RUNS[r]['distributed']['nodes'])}/config/environment.json",
         # every run's tokenized data and fetched model (a sweep's, each once)
-        tokenized=sorted({tokens_of(run) for run in RUNS}),
-        model=sorted({m for run in RUNS.values() for m in fetched_model_of(run)}),
+        tokenized=sorted({X.tokens_of(run) for run in RUNS}),
+        model=sorted({m for run in RUNS.values() for m in X.fetched_model_of(run)}),
     log:
         f"logs/setup_nodes/{EXP}.log",
     conda:

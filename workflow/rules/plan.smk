@@ -26,8 +26,8 @@ rule plan_profile:
 
 rule plan_network:
     input:
-        cfg=f"{RESULTS}/{WIDEST_RUN}/config/train.json",
-        env=f"{RESULTS}/{WIDEST_RUN}/environment.json",
+        cfg=f"{RESULTS}/{X.widest_run}/config/train.json",
+        env=f"{RESULTS}/{X.widest_run}/environment.json",
     output:
         f"{RESULTS}/plan/network.json",
     log:
@@ -51,7 +51,7 @@ rule plan_scaling:
     input:
         cfg=f"{RESULTS}/config/plan.json",
         profile=f"{RESULTS}/plan/profile.json",
-        network=plan_network,
+        network=lambda wc: X.plan_network(),
     output:
         plan=f"{RESULTS}/plan/plan.json",
         text=f"{RESULTS}/plan/plan.md",

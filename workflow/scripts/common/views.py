@@ -1,7 +1,7 @@
 """Typed views of the configuration, built from the schema (common/schema.py).
 
 One frozen dataclass per schema section (`SECTIONS`) and one per stage: the
-keys of the slice it reads (`STAGE_KEYS`; common/stages.py cuts the slices
+keys of the slice it reads (`STAGE_KEYS`; workflow/helpers/stages.py cuts the slices
 with the same table). A step turns its slice into its view once, in
 `step.read_view`, and passes the view down; nothing below an entry point
 turns a mapping back into a view.
@@ -27,7 +27,7 @@ PlanSettings = derive("PlanSettings", section_schema("plan"), {}, module=__name_
 SECTIONS = {"data": DataFiles, "train": TrainSettings, "evaluation": EvaluationSettings,
             "distributed": DistributedSettings, "quantization": QuantizationSettings, "plan": PlanSettings}
 
-# The top-level keys each stage reads (its slice: common/stages.py).
+# The top-level keys each stage reads (its slice: workflow/helpers/stages.py).
 STAGE_KEYS = {
     "data": ("task", "data"),
     "tokenize": ("task", "model", "trust_remote_code", "train"),
