@@ -47,6 +47,7 @@ def test_a_base_checkpoint_gets_transformers_new_head(tiny_model_dir):
     torch.manual_seed(3)
     model, why_not = encoder.build(tiny_model_dir, "classification", num_labels=4, hash_dropout=False)
     assert why_not is None and model.head.out.weight.shape == (4, 32)
+    assert model.choices["encoder"] == "cpuddp's packed encoder (bert, BertForSequenceClassification's weights)"
     torch.manual_seed(3)
     hf = transformers.AutoModelForSequenceClassification.from_pretrained(tiny_model_dir, num_labels=4)
     torch.testing.assert_close(model.head.dense.weight, hf.bert.pooler.dense.weight, atol=0, rtol=0)

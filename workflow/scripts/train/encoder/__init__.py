@@ -45,6 +45,7 @@ def build(source, task: str, hash_dropout: bool = True, **from_pretrained) -> tu
     model = PackedModel(spec_of(config, task), config)
     load_transformers_state(model, hf_model)
     model.train(hf_model.training)
+    model.choices["encoder"] = f"cpuddp's packed encoder ({config.model_type}, {type(hf_model).__name__}'s weights)"
     model.choices["dropout"] = _pick_dropout(model, hash_dropout)
     return model, None
 
