@@ -5,7 +5,7 @@ import sys
 
 from snakemake.utils import min_version
 
-from workflow.scripts.common import profiles
+from workflow.scripts.settings import profiles
 
 min_version("9.0")
 

@@ -47,8 +47,9 @@ from bench import accuracy_judge as judge
 from bench.accuracy_data import prepare
 from bench.train_bench import MODEL, full_config
 from bench.train_bench import run_trainer as bench_trainer
-from workflow.scripts.common import config as cfg
-from workflow.scripts.common import hardware, levers
+from workflow.scripts.settings import config as cfg
+from workflow.scripts.probes import hardware
+from workflow.scripts.settings import levers
 from workflow.helpers.snakemake_env import prepare_job_environment
 from workflow.scripts.data.batching import pad_collate
 from workflow.scripts.train.runs import run_training

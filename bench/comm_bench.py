@@ -37,7 +37,8 @@ import time
 from pathlib import Path
 
 from bench.train_bench import MODEL, full_config, prepare
-from workflow.scripts.common import config as cfg, hardware
+from workflow.scripts.probes import hardware
+from workflow.scripts.settings import config as cfg
 from workflow.scripts.common.atomic import read_json
 from workflow.scripts.common.errors import UserError, run_cli
 from workflow.scripts.launch import ccl, command, job

@@ -37,7 +37,7 @@ WARMUP = 5
 
 def gradient_buckets(seed: int = 0) -> list[torch.Tensor]:
     """Copies of the gradient buckets DDP all-reduces in one MiniLM step."""
-    from workflow.scripts.common.config import resolve_model
+    from workflow.scripts.settings.config import resolve_model
     from workflow.scripts.common.modeling import load_model, load_tokenizer
     from workflow.scripts.common.tasks import get_task
 

@@ -28,7 +28,7 @@ def one_mode(mode: str, lengths: list[int], steps: int, dropout: str, precision:
     import torch
 
     from workflow.scripts.common import tasks
-    from workflow.scripts.common.config import resolve_model
+    from workflow.scripts.settings.config import resolve_model
     from workflow.scripts.common.modeling import load_model
     from workflow.scripts.train import dropout as dropout_lever
 
@@ -77,7 +77,7 @@ def main() -> None:
     if args.mode:
         print(json.dumps(one_mode(args.mode, lengths, args.steps, args.dropout, args.precision)))
         return
-    from workflow.scripts.common import hardware
+    from workflow.scripts.probes import hardware
 
     print(f"CPU {hardware.cpu_tag(hardware.cpu_summary())}; {time.strftime('%Y-%m-%d')}; "
           f"python -m bench.compile_regions {' '.join(sys.argv[1:])}")

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from workflow.scripts.common import hardware
+from workflow.scripts.probes import hardware
 
 LENGTHS = Path(__file__).resolve().parents[2] / "shared" / "data" / "glue-lengths.json"
 

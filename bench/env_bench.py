@@ -15,10 +15,10 @@ from pathlib import Path
 import torch
 
 from bench.train_bench import MODEL, full_config, prepare
-from workflow.scripts.common import config as cfg
-from workflow.scripts.common import hardware
+from workflow.scripts.settings import config as cfg
+from workflow.scripts.probes import hardware
 from workflow.scripts.common.errors import UserError
-from workflow.scripts.common.matmul import matmul_gflops
+from workflow.scripts.probes.matmul import matmul_gflops
 from workflow.helpers.snakemake_env import prepare_job_environment
 from workflow.scripts.train.runs import run_training
 

@@ -19,8 +19,8 @@ import tempfile
 from pathlib import Path
 
 from bench.train_bench import MODEL, full_config, prepare
-from workflow.scripts.common import config as cfg
-from workflow.scripts.common import hardware
+from workflow.scripts.settings import config as cfg
+from workflow.scripts.probes import hardware
 from workflow.helpers.snakemake_env import prepare_job_environment
 from workflow.scripts.train.runs import run_training
 

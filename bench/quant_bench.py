@@ -36,7 +36,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.quant_stacks import OTHERS
-from workflow.scripts.common import hardware, tasks, versions
+from workflow.scripts.common import tasks
+from workflow.scripts.probes import hardware, versions
 from workflow.scripts.common.errors import UserError, run_cli
 from workflow.scripts.infer import gate, policy, quantize, runtime, speed, stacks
 from workflow.scripts.infer.shapes import SHAPE_MODES, bucket_lengths

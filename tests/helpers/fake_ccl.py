@@ -4,7 +4,7 @@ inside under a version that may not pair with the installed torch."""
 
 from __future__ import annotations
 
-from workflow.scripts.common import oneccl
+from workflow.scripts.probes import oneccl
 
 
 def fake_ccl_package(root):

@@ -44,7 +44,7 @@ def cluster_file(work: Path, hostnames: list[str], **dist) -> Path:
 
 
 def check_config(work: Path, cluster_path: Path) -> Path:
-    from workflow.scripts.common import config as cfg
+    from workflow.scripts.settings import config as cfg
 
     config = cfg.validate({"experiment": "x", "task": "mrpc", "model": "m", "train": {"precision": "fp32"},
                            **yaml.safe_load(cluster_path.read_text())})

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from workflow.scripts.common import intel
+from workflow.scripts.probes import intel
 
 HAS_IPEX = intel.installed_versions()[intel.IPEX_MODULE] is not None
 _skip = pytest.mark.skipif(not HAS_IPEX, reason="IPEX is not installed here: runs in `make test-intel`")

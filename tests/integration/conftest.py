@@ -37,7 +37,7 @@ def tokenized(tmp_path_factory, tiny_model_dir):
 
     from helpers.native_files import write_native
     from helpers.workflow import task_experiment
-    from workflow.scripts.common import config as cfg
+    from workflow.scripts.settings import config as cfg
     from workflow.scripts.data import load as data, tokenize as tokenize_data
 
     work = tmp_path_factory.mktemp("tokenized")

@@ -19,7 +19,7 @@ from safetensors.torch import load_file
 
 from helpers.workflow import task_experiment
 from helpers.native_files import write_native
-from workflow.scripts.common import config as cfg
+from workflow.scripts.settings import config as cfg
 from workflow.scripts.data import load as data
 from workflow.scripts.data import tokenize as tokenize_data
 from workflow.scripts.launch import job

@@ -13,7 +13,7 @@ import yaml
 from helpers.workflow import REPO
 from helpers.sweep import EXPERIMENT
 from workflow.scripts.report import compare
-from workflow.scripts.common import config as cfg
+from workflow.scripts.settings import config as cfg
 from workflow.scripts.common.atomic import write_json
 from workflow.scripts.common.errors import UserError
 

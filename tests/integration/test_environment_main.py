@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from workflow.scripts.common import config as cfg
+from workflow.scripts.settings import config as cfg
 from workflow.scripts.nodes import check
 from workflow.scripts.common.errors import UserError
 

@@ -17,7 +17,7 @@ import pytest
 from helpers.native_files import write_native
 from helpers.ranks import single_rank
 from helpers.workflow import snakemake, task_experiment, write_config
-from workflow.scripts.common import config as cfg
+from workflow.scripts.settings import config as cfg
 from workflow.scripts.data import load as data, tokenize as tokenize_data
 from workflow.scripts.nodes import describe as environment
 from workflow.scripts.infer import evaluate

@@ -11,9 +11,9 @@ import copy
 import pytest
 
 
-from workflow.scripts.common import config as cfg
+from workflow.scripts.settings import config as cfg
 from workflow.scripts.nodes import describe as environment
-from workflow.scripts.common import intel, oneccl
+from workflow.scripts.probes import intel, oneccl
 from helpers.ipex import needs_ipex
 from helpers.messages import one_line
 from workflow.scripts.common.errors import UserError

@@ -16,7 +16,7 @@ from helpers.fake_ccl import fake_ccl_package, stand_in_ccl
 from helpers.workflow import snakemake, tiny_experiment, write_config
 
 from workflow.scripts.nodes import describe as environment
-from workflow.scripts.common import intel, oneccl
+from workflow.scripts.probes import intel, oneccl
 from workflow.scripts.launch import command as launch
 from helpers.messages import one_line
 from workflow.scripts.common.errors import UserError

@@ -23,7 +23,7 @@ import pytest
 
 from helpers.workflow import snakemake, write_config
 from workflow.scripts.data import demo
-from workflow.scripts.common import hardware, intel, oneccl
+from workflow.scripts.probes import hardware, intel, oneccl
 
 pytestmark = [pytest.mark.intel,
               pytest.mark.skipif(os.environ.get("CPUDDP_INTEL_STACK") != "1",
@@ -81,7 +81,7 @@ def test_environment_picks_ipex_and_records_why(ipex_run):
     assert env["backend"] == "ccl", env["backend_reason"]
     assert env["backend_reason"].startswith("auto: oneccl_bindings_for_pytorch imports; ranks of a node share")
     native = hardware.has_native_bf16(hardware.cpu_summary()["isa_flags"])
-    # beside IPEX auto takes bf16 autocast, not bf16_master (common/precision.beside_ipex)
+    # beside IPEX auto takes bf16 autocast, not bf16_master (probes/precision.beside_ipex)
     assert env["precision"] == ("bf16" if native else "fp32") or "measured" in env["precision_reason"]
 
 

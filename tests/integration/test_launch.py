@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from workflow.scripts.common.hostfile import read_hostfile
+from workflow.scripts.settings.hostfile import read_hostfile
 from workflow.scripts.launch import command as launch
 from workflow.scripts.launch import mpi
 from workflow.scripts.common.errors import UserError

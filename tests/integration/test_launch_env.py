@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from workflow.scripts.common import config as cfg
+from workflow.scripts.settings import config as cfg
 from workflow.scripts.nodes import describe as environment
 from workflow.scripts.launch import __main__ as launch_cli
 from workflow.scripts.launch import command as launch

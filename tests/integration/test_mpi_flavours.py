@@ -21,7 +21,7 @@ import yaml
 
 from helpers.workflow import BIN, REPO, write_config
 from helpers.workflow import tiny_experiment
-from workflow.scripts.common import config as cfg
+from workflow.scripts.settings import config as cfg
 from workflow.scripts.launch import __main__ as launch_cli
 from workflow.scripts.launch import mpi, pin
 from workflow.scripts.nodes import check

@@ -28,7 +28,7 @@ import pytest
 from helpers.background import Background
 from helpers.faults import RUN, long_experiment
 from helpers.workflow import BIN, REPO
-from workflow.scripts.common import config as cfg
+from workflow.scripts.settings import config as cfg
 from workflow.scripts.nodes import describe as environment
 
 ENV = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": str(REPO),

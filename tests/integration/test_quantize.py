@@ -14,7 +14,8 @@ import yaml
 
 from helpers.workflow import snakemake, write_config
 from helpers.workflow import tiny_experiment
-from workflow.scripts.common import hardware, tasks
+from workflow.scripts.common import tasks
+from workflow.scripts.probes import hardware
 from workflow.scripts.infer import gate, quantize, runtime, stacks
 from workflow.scripts.common.errors import UserError
 
@@ -197,7 +198,7 @@ def test_missing_artifact_says_what_to_do(tmp_path):
 
 
 def test_ipex_stack_without_ipex_names_what_to_install(monkeypatch, learned, tmp_path):
-    from workflow.scripts.common import intel
+    from workflow.scripts.probes import intel
 
     monkeypatch.setattr(intel, "installed_versions", lambda: {"torch": torch.__version__, intel.IPEX_MODULE: None,
                                                               intel.CCL_PACKAGE: None})

@@ -16,7 +16,9 @@ import pytest
 import torch
 
 from helpers.cpu_flags import EPYC_ZEN2
-from workflow.scripts.common import config as cfg, hardware, tasks
+from workflow.scripts.common import tasks
+from workflow.scripts.probes import hardware
+from workflow.scripts.settings import config as cfg
 from workflow.scripts.common.errors import UserError
 from workflow.scripts.infer import convert, deploy, evaluate, policy, quantize, runtime, runtimes, shapes, speed, stacks
 

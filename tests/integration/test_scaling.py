@@ -33,7 +33,7 @@ from pathlib import Path
 import pytest
 
 from helpers.workflow import BIN, REPO
-from workflow.scripts.common import config as cfg
+from workflow.scripts.settings import config as cfg
 from workflow.scripts.nodes import describe
 from workflow.scripts.plan.scaling_model import Levers, Network, Profile, allreduce_seconds, fit_network, predict
 

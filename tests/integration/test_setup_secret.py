@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from workflow.scripts.common import config as cfg
+from workflow.scripts.settings import config as cfg
 from workflow.scripts.launch import command, mpi, reach
 from workflow.scripts.nodes import setup
 

@@ -19,9 +19,10 @@ import pytest
 import torch.distributed as dist
 
 from helpers.fake_ccl import stand_in_ccl
-from workflow.scripts.common import config as cfg
+from workflow.scripts.settings import config as cfg
 from workflow.scripts.nodes import describe as environment
-from workflow.scripts.common import intel, logs
+from workflow.scripts.common import logs
+from workflow.scripts.probes import intel
 from workflow.scripts.launch import command as launch
 from workflow.scripts.launch import job, supervise
 from workflow.scripts.train import loop, process_group

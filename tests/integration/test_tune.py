@@ -38,7 +38,7 @@ def test_tune_target_measures_every_layout(tmp_path, tiny_model_dir):
 
 
 def test_tuned_layout_is_applied_or_asked_for(tmp_path):
-    from workflow.scripts.common import config as cfg
+    from workflow.scripts.settings import config as cfg
 
     def runs():
         return {"default": {"distributed": {"processes_per_node": 2, "threads_per_process": "tuned"}}}

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from workflow.scripts.common import config as cfg
+from workflow.scripts.settings import config as cfg
 from workflow.scripts.common.errors import UserError
 from workflow.scripts.launch import attempt, guard, job, verdict
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from helpers.fake_ccl import fake_ccl_package
-from workflow.scripts.common import oneccl
+from workflow.scripts.probes import oneccl
 from workflow.scripts.launch import ccl
 from workflow.scripts.launch import command as launch
 

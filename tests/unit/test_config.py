@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from workflow.scripts.common import config as cfg
+from workflow.scripts.settings import config as cfg
 
 REPO = Path(__file__).resolve().parents[2]
 BASE = {"experiment": "x", "task": "mrpc", "model": "some/model"}

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from workflow.scripts.nodes import describe as environment
-from workflow.scripts.common import hardware
-from workflow.scripts.common.precision import MARGIN
+from workflow.scripts.probes import hardware
+from workflow.scripts.probes.precision import MARGIN
 from workflow.scripts.common.errors import UserError
 
 BIN = Path(sys.executable).parent

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from workflow.scripts.common.decisions import RunDecisions
-from workflow.scripts.common.levers import Levers
-from workflow.scripts.common.views import TrainView
+from workflow.scripts.settings.decisions import RunDecisions
+from workflow.scripts.settings.levers import Levers
+from workflow.scripts.settings.views import TrainView
 from workflow.scripts.train import checkpoint, fingerprint
 
 

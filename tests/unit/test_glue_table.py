@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from workflow.scripts.common.sweep import named_values
+from workflow.scripts.settings.sweep import named_values
 from workflow.scripts.report import glue_table, table_render
 
 BASE = {"task": "mrpc", "model": "distilbert-base-uncased", "seed": 42, "learning_rate": 2e-5}

@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from workflow.scripts.common import hardware
+from workflow.scripts.probes import hardware
 
 FLAGS = ("fpu vme sse4_2 ht avx avx2 fma avx512f avx512bw avx512_vnni avx512_bf16 avx_vnni "
          "amx_bf16 amx_tile amx_int8 avx512_fp16 aes")

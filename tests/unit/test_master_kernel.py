@@ -18,9 +18,9 @@ from torch.nn.utils import clip_grads_with_norm_, get_total_norm
 
 from helpers.adamw import gaps, give_gradients, parameters, reference, relative_difference, two_groups, widen_into
 from helpers.tiny_encoders import tiny
-from workflow.scripts.common import levers
-from workflow.scripts.common.decisions import RunDecisions
-from workflow.scripts.common.views import TrainSettings
+from workflow.scripts.settings import levers
+from workflow.scripts.settings.decisions import RunDecisions
+from workflow.scripts.settings.views import TrainSettings
 from workflow.scripts.train import master, master_kernel, speed
 from workflow.scripts.train.master import MasterAdamW
 from workflow.scripts.train.state import TrainingState, make_optimizer

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from helpers.messages import one_line
-from workflow.scripts.common import config as cfg
+from workflow.scripts.settings import config as cfg
 
 BASE = {"experiment": "x", "task": "mrpc", "model": "some/model"}
 

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from workflow.scripts.common import config as cfg
+from workflow.scripts.settings import config as cfg
 from workflow.scripts.common import tasks
-from workflow.scripts.common.views import DataFiles
+from workflow.scripts.settings.views import DataFiles
 from workflow.scripts.data.errors import DataFormatError
 from workflow.scripts.data.sources import load_local
 

@@ -1,5 +1,5 @@
 """precision: auto decided once for the cluster from every node's measured
-matmul speed, with a margin (common/precision.py), and environment.json's
+matmul speed, with a margin (probes/precision.py), and environment.json's
 precision set from it (describe.combine).
 
 The GFLOP/s below are real 512 x 512 matmul timings (describe.matmul_gflops):
@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import pytest
 
-from workflow.scripts.common import precision
-from workflow.scripts.common.config import validate
+from workflow.scripts.probes import precision
+from workflow.scripts.settings.config import validate
 from workflow.scripts.nodes import check, describe
 
 XEON_NO_AMX = [(317.0, 161.0), (313.0, 166.0)]

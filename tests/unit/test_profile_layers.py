@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from workflow.scripts.common import profiles
+from workflow.scripts.settings import profiles
 from workflow.scripts.common.errors import UserError
 from workflow.scripts.report import compare
 

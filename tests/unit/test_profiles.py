@@ -8,8 +8,8 @@ import pytest
 import yaml
 
 from helpers.workflow import REPO
-from workflow.scripts.common import config as cfg
-from workflow.scripts.common import profiles, recipe
+from workflow.scripts.settings import config as cfg
+from workflow.scripts.settings import profiles, recipe
 from workflow.helpers import plan_lines
 from workflow.helpers.plan_lines import run_line
 

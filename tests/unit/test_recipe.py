@@ -9,7 +9,7 @@ import yaml
 from transformers import TrainingArguments
 
 from helpers.workflow import REPO
-from workflow.scripts.common.views import TrainSettings
+from workflow.scripts.settings.views import TrainSettings
 from workflow.scripts.train.state import make_optimizer
 
 SCHEMA = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())

@@ -12,7 +12,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from workflow.scripts.common import config as cfg, hardware
+from workflow.scripts.probes import hardware
+
+from workflow.scripts.settings import config as cfg
 from workflow.scripts.infer import (policy, shapes)
 
 from helpers.cpu_flags import CORE_ADL, EPYC_ZEN2, EPYC_ZEN4, XEON_ICX, XEON_SKX, XEON_SPR

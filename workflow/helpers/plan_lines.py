@@ -17,7 +17,7 @@ import re
 from pathlib import Path
 
 from workflow.scripts.common.errors import UserError
-from workflow.scripts.common.hostfile import read_hostfile
+from workflow.scripts.settings.hostfile import read_hostfile
 
 PRECISION = {"auto": "auto (bf16_master only where the nodes have native bf16 and it measures faster)",
              "fp32": "fp32", "bf16": "bf16 (refused on CPUs without native bf16)",

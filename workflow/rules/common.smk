@@ -10,8 +10,8 @@ from workflow.helpers import stages
 from workflow.helpers.experiment import Experiment
 from workflow.helpers.plan_lines import brief_dry_run, experiment_line, run_line
 from workflow.helpers.snakemake_env import prepare_job_environment
-from workflow.scripts.common import config as cfg
-from workflow.scripts.common.hostfile import read_hostfile
+from workflow.scripts.settings import config as cfg
+from workflow.scripts.settings.hostfile import read_hostfile
 from workflow.scripts.launch import resources
 
 prepare_job_environment(workflow.basedir)

@@ -13,7 +13,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from workflow.scripts.common import step
+from workflow.scripts.settings import step
 from workflow.scripts.common.errors import UserError
 
 # Config, safetensors weights and tokenizer files: no pickle weights (unsafe)

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import datasets
 
-from workflow.scripts.common import step
+from workflow.scripts.settings import step
 from workflow.scripts.common import tasks
 from workflow.scripts.common.atomic import atomic_dir
-from workflow.scripts.common.views import DataView
+from workflow.scripts.settings.views import DataView
 from workflow.scripts.data.hub_check import require_hub
 from workflow.scripts.data.sources import load_hub, load_local
 

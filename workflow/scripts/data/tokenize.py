@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import datasets
 
-from workflow.scripts.common import step, tasks
+from workflow.scripts.common import tasks
+
+from workflow.scripts.settings import step
 from workflow.scripts.common.atomic import atomic_dir
 from workflow.scripts.common.modeling import load_tokenizer
-from workflow.scripts.common.views import TokenizeView, TrainSettings
+from workflow.scripts.settings.views import TokenizeView, TrainSettings
 from workflow.scripts.data import qa_features
 
 datasets.disable_progress_bars()

@@ -16,9 +16,13 @@ import sys
 import datasets
 from transformers import AutoTokenizer
 
-from workflow.scripts.common import step, tasks, versions
+from workflow.scripts.common import tasks
+
+from workflow.scripts.settings import step
+
+from workflow.scripts.probes import versions
 from workflow.scripts.common.atomic import atomic_dir, write_json
-from workflow.scripts.common.views import ConvertView
+from workflow.scripts.settings.views import ConvertView
 from workflow.scripts.infer import stacks
 from workflow.scripts.infer.runtime import load_for_eval, model_inputs
 from workflow.scripts.data.batching import pad_collate

@@ -19,10 +19,14 @@ import shutil
 import sys
 from pathlib import Path
 
-from workflow.scripts.common import hardware, step, tasks
+from workflow.scripts.common import tasks
+
+from workflow.scripts.settings import step
+
+from workflow.scripts.probes import hardware
 from workflow.scripts.common.atomic import atomic_dir, read_json, write_json
 from workflow.scripts.common.errors import UserError
-from workflow.scripts.common.views import EvaluateView
+from workflow.scripts.settings.views import EvaluateView
 from workflow.scripts.infer import policy, stacks
 
 DEPLOY_FILE = policy.DEPLOY_FILE

@@ -13,9 +13,13 @@ import datasets
 import torch
 from transformers import AutoTokenizer
 
-from workflow.scripts.common import hardware, step, tasks
+from workflow.scripts.common import tasks
+
+from workflow.scripts.settings import step
+
+from workflow.scripts.probes import hardware
 from workflow.scripts.common.atomic import write_json
-from workflow.scripts.common.views import EvaluateView
+from workflow.scripts.settings.views import EvaluateView
 from workflow.scripts.infer.runtime import latency_ms, load_eager, score
 
 

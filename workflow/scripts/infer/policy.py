@@ -3,7 +3,7 @@ pure functions of the CPU's flags and the measured numbers (no torch, no
 OpenVINO), so that they are unit-tested for every kind of CPU.
 
 - `quantize_decision`: quantization.enabled (auto, true, false) and the
-  CPU's int8 support (common/hardware.py) -> quantize or not, and why.
+  CPU's int8 support (probes/hardware.py) -> quantize or not, and why.
 - `int8_verdict`: the speed gate, int8 over fp32 in the same runtime against
   quantization.min_speedup -> recommended or not, and why.
 - `choose_deploy`: the fastest candidate that meets the gates.

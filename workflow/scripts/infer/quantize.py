@@ -36,10 +36,14 @@ import numpy as np
 import torch
 from transformers import AutoTokenizer
 
-from workflow.scripts.common import hardware, intel, step, tasks, versions
+from workflow.scripts.common import tasks
+
+from workflow.scripts.settings import step
+
+from workflow.scripts.probes import hardware, intel, versions
 from workflow.scripts.common.atomic import atomic_dir, write_json
 from workflow.scripts.common.errors import UserError
-from workflow.scripts.common.views import QuantizeView
+from workflow.scripts.settings.views import QuantizeView
 from workflow.scripts.infer import policy, stacks
 from workflow.scripts.infer.runtime import forward_all, load_for_eval
 from workflow.scripts.data.batching import PAD_KEYS, pad_collate

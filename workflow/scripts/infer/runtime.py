@@ -18,9 +18,11 @@ import numpy as np
 import torch
 import transformers
 
-from workflow.scripts.common import intel, tasks
+from workflow.scripts.common import tasks
+
+from workflow.scripts.probes import intel
 from workflow.scripts.common.modeling import autocast_for
-from workflow.scripts.common.views import EvaluationSettings
+from workflow.scripts.settings.views import EvaluationSettings
 from workflow.scripts.infer import metrics, qa
 from workflow.scripts.infer.stacks import load_quantized
 from workflow.scripts.data.batching import PAD_KEYS, multi_hot, pad_collate

@@ -22,9 +22,13 @@ import datasets
 import torch
 from transformers import AutoTokenizer
 
-from workflow.scripts.common import hardware, step, tasks
+from workflow.scripts.common import tasks
+
+from workflow.scripts.settings import step
+
+from workflow.scripts.probes import hardware
 from workflow.scripts.common.atomic import read_json, write_json
-from workflow.scripts.common.views import QuantizationSettings, RuntimesView
+from workflow.scripts.settings.views import QuantizationSettings, RuntimesView
 from workflow.scripts.infer import convert, gate, policy, runtime, speed, stacks
 from workflow.scripts.infer.shapes import SHAPE_MODES, bucket_lengths
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from workflow.scripts.common import hardware, intel
+from workflow.scripts.probes import hardware, intel
 from workflow.scripts.common.atomic import read_json
 from workflow.scripts.common.errors import UserError
 from workflow.scripts.infer.shapes import BucketedRunner

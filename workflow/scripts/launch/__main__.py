@@ -22,8 +22,10 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 
-from workflow.scripts.common import lifeline, step
-from workflow.scripts.common.views import TrainView, distributed_of
+from workflow.scripts.common import lifeline
+
+from workflow.scripts.settings import step
+from workflow.scripts.settings.views import TrainView, distributed_of
 from workflow.scripts.launch import attempt, hosts, job, lease, tries
 
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import os
 
-from workflow.scripts.common import oneccl
+from workflow.scripts.probes import oneccl
 
 ONE_NODE_IFACE = "lo"
 # Measured: the worker thread competes with the ranks' compute threads for

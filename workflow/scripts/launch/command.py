@@ -21,8 +21,8 @@ import tempfile
 from pathlib import Path
 
 from workflow.scripts.common.errors import UserError
-from workflow.scripts.common.hostfile import check_nodes
-from workflow.scripts.common.views import DistributedSettings, distributed_of
+from workflow.scripts.settings.hostfile import check_nodes
+from workflow.scripts.settings.views import DistributedSettings, distributed_of
 from workflow.scripts.launch import ccl
 
 # Below Linux's ephemeral range (32768-60999): the kernel never hands these

@@ -7,8 +7,8 @@ from __future__ import annotations
 import sys
 
 from workflow.scripts.common.errors import UserError
-from workflow.scripts.common.hostfile import read_hostfile
-from workflow.scripts.common.views import distributed_of
+from workflow.scripts.settings.hostfile import read_hostfile
+from workflow.scripts.settings.views import distributed_of
 from workflow.scripts.launch import mpi
 from workflow.scripts.launch.reach import reach_each
 

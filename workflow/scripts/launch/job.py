@@ -7,7 +7,7 @@ import socket
 import sys
 import tempfile
 
-from workflow.scripts.common.views import distributed_of
+from workflow.scripts.settings.views import distributed_of
 from workflow.scripts.launch import command, supervise, verdict
 from workflow.scripts.launch.hosts import reachable
 

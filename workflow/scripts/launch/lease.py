@@ -62,8 +62,8 @@ from pathlib import Path
 import psutil
 
 from workflow.scripts.common.errors import UserError
-from workflow.scripts.common.hostfile import read_hostfile
-from workflow.scripts.common.views import distributed_of
+from workflow.scripts.settings.hostfile import read_hostfile
+from workflow.scripts.settings.views import distributed_of
 
 FOLDER = ".cpuddp-leases"
 WAIT_SECONDS = 600  # for free nodes: Snakemake's count makes waits rare (another checkout, a launch outside it)

@@ -13,7 +13,7 @@ import subprocess
 import sys
 
 from workflow.scripts.common.errors import UserError
-from workflow.scripts.common.views import distributed_of
+from workflow.scripts.settings.views import distributed_of
 
 FLAVOURS = ("intel", "mpich", "openmpi")
 # Debian installs each MPI's launcher under its own name besides `mpirun`.

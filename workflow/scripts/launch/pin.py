@@ -13,7 +13,7 @@ import os
 import sys
 from pathlib import Path
 
-from workflow.scripts.common import hardware
+from workflow.scripts.probes import hardware
 from workflow.scripts.common.errors import run_cli
 from workflow.scripts.launch import ranks
 

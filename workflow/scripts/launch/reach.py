@@ -12,7 +12,7 @@ import signal
 import subprocess
 import tempfile
 
-from workflow.scripts.common.views import distributed_of
+from workflow.scripts.settings.views import distributed_of
 from workflow.scripts.launch import command
 from workflow.scripts.common import lines
 

@@ -19,10 +19,12 @@ import json
 import sys
 from pathlib import Path
 
-from workflow.scripts.common import config as cfg, step
+from workflow.scripts.settings import step
+
+from workflow.scripts.settings import config as cfg
 from workflow.scripts.common.atomic import write_json
 from workflow.scripts.common.errors import UserError
-from workflow.scripts.common.views import EnvironmentView
+from workflow.scripts.settings.views import EnvironmentView
 from workflow.scripts.launch import command, mpi
 from workflow.scripts.nodes import describe
 from workflow.scripts.launch import lease

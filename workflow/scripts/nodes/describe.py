@@ -12,13 +12,13 @@ import platform
 import sys
 from pathlib import Path
 
-from workflow.scripts.common import hardware, intel, oneccl
-from workflow.scripts.common import precision as precision_rule
-from workflow.scripts.common import levers as speed_levers
+from workflow.scripts.probes import hardware, intel, oneccl
+from workflow.scripts.probes import precision as precision_rule
+from workflow.scripts.settings import levers as speed_levers
 from workflow.scripts.common.errors import UserError
-from workflow.scripts.common.matmul import matmul_gflops
-from workflow.scripts.common.versions import installed
-from workflow.scripts.common.views import distributed_of, train_of
+from workflow.scripts.probes.matmul import matmul_gflops
+from workflow.scripts.probes.versions import installed
+from workflow.scripts.settings.views import distributed_of, train_of
 from workflow.scripts.launch import ccl, mpi
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -65,7 +65,7 @@ def choose_backend(requested: str, ranks_per_node: int = 2, nodes: int = 1) -> t
 
 
 def measure_matmul() -> dict:
-    """This node's fp32 and bf16 matmul speed, for the cluster's decision (common/precision.py)."""
+    """This node's fp32 and bf16 matmul speed, for the cluster's decision (probes/precision.py)."""
     import torch
 
     return {"fp32_gflops": round(matmul_gflops(torch.float32), 1),

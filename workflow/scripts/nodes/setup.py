@@ -21,9 +21,9 @@ import tarfile
 import threading
 from pathlib import Path
 
-from workflow.scripts.common import step
+from workflow.scripts.settings import step
 from workflow.scripts.common.errors import UserError
-from workflow.scripts.common.views import EnvironmentView
+from workflow.scripts.settings.views import EnvironmentView
 from workflow.scripts.launch import command, mpi
 from workflow.scripts.nodes import bootstrap
 from workflow.scripts.nodes.describe import REVISION_PATHS, ROOT, workflow_files

@@ -19,7 +19,9 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from workflow.scripts.common import logs, step
+from workflow.scripts.common import logs
+
+from workflow.scripts.settings import step
 from workflow.scripts.common.atomic import write_json
 from workflow.scripts.launch import ranks
 from workflow.scripts.train import process_group

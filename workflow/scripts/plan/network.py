@@ -17,7 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from workflow.scripts.common import step
+from workflow.scripts.settings import step
 from workflow.scripts.common.atomic import read_json
 from workflow.scripts.common.errors import UserError
 from workflow.scripts.launch import job

@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from workflow.scripts.common import config as cfg, profiles
+from workflow.scripts.settings import config as cfg, profiles
 from workflow.scripts.common.atomic import read_json, write_json
 from workflow.scripts.common.errors import run_cli
 from workflow.scripts.plan import plan_tables

@@ -23,11 +23,14 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from workflow.scripts.common import config as cfg
-from workflow.scripts.common import hardware, profiles, step, tasks
+from workflow.scripts.settings import config as cfg
+from workflow.scripts.common import tasks
+from workflow.scripts.settings import step
+from workflow.scripts.probes import hardware
+from workflow.scripts.settings import profiles
 from workflow.scripts.common.atomic import read_json, write_json
 from workflow.scripts.common.errors import UserError
-from workflow.scripts.common.views import PlanView
+from workflow.scripts.settings.views import PlanView
 from workflow.scripts.nodes import describe
 from workflow.scripts.plan import compress_cost
 from workflow.scripts.train import master

@@ -17,7 +17,7 @@ import itertools
 from dataclasses import dataclass
 from pathlib import Path
 
-from workflow.scripts.common import config as cfg, profiles
+from workflow.scripts.settings import config as cfg, profiles
 from workflow.scripts.common.atomic import read_json
 from workflow.scripts.common.errors import UserError, run_cli
 from workflow.scripts.common.candidates import CANDIDATES as EVALUATIONS

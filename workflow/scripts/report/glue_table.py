@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import statistics
 
-from workflow.scripts.common.sweep import model_label, number, part
+from workflow.scripts.settings.sweep import model_label, number, part
 
 # GLUE's column order (gluebenchmark.com leaderboard), then SQuAD.
 GLUE_TASKS = ("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte", "wnli")

@@ -8,7 +8,7 @@ from pathlib import Path
 from workflow.scripts.common.atomic import read_json, write_json
 from workflow.scripts.common.errors import run_cli
 from workflow.scripts.common.candidates import CANDIDATES
-from workflow.scripts.common.sweep import named_values
+from workflow.scripts.settings.sweep import named_values
 from workflow.scripts.report import glue_table, table
 from workflow.scripts.report.runs import DEPLOY_FILE, ENVIRONMENT, RUNTIMES, read_environment, read_train_metrics
 

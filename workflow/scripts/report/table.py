@@ -17,7 +17,7 @@ from pathlib import Path
 
 from workflow.scripts.common.atomic import read_json
 from workflow.scripts.common.errors import run_cli
-from workflow.scripts.common.sweep import named_values
+from workflow.scripts.settings.sweep import named_values
 from workflow.scripts.report import glue_table, table_render
 from workflow.scripts.report.charts import plot_seeds
 

@@ -12,7 +12,7 @@ import csv
 import html
 import io
 
-from workflow.scripts.common.sweep import number
+from workflow.scripts.settings.sweep import number
 from workflow.scripts.report.glue_table import SHORT
 
 

@@ -22,8 +22,8 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from workflow.scripts.common.decisions import RunDecisions
-from workflow.scripts.common.views import TrainView
+from workflow.scripts.settings.decisions import RunDecisions
+from workflow.scripts.settings.views import TrainView
 
 UNCHANGING = ("batch_size", "gradient_accumulation_steps",  # the split: the global batch is compared
               "log_every", "checkpoint_every", "keep_checkpoints",  # cadence, not arithmetic

@@ -21,7 +21,7 @@ from contextlib import contextmanager
 import torch
 import torch.distributed as dist
 
-from workflow.scripts.common import oneccl
+from workflow.scripts.probes import oneccl
 from workflow.scripts.launch import ccl
 from workflow.scripts.launch.ranks import DistEnv
 

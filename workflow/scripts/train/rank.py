@@ -29,10 +29,14 @@ import torch
 import torch.distributed as dist
 import transformers
 
-from workflow.scripts.common import hardware, intel, logs, step
+from workflow.scripts.common import logs
+
+from workflow.scripts.settings import step
+
+from workflow.scripts.probes import hardware, intel
 from workflow.scripts.common.atomic import atomic_dir, write_json
-from workflow.scripts.common.decisions import RunDecisions
-from workflow.scripts.common.views import TrainView
+from workflow.scripts.settings.decisions import RunDecisions
+from workflow.scripts.settings.views import TrainView
 from workflow.scripts.launch import ranks
 from workflow.scripts.launch.ranks import DistEnv
 from workflow.scripts.train import fault_point, fingerprint, loop, process_group

@@ -1,6 +1,6 @@
 """Levers on the part of a training step that is not matrix multiplication
 (docs/performance.md). Each is a setting under `train.speed`; `auto` is
-decided by a stated rule in common/levers.py, recorded in environment.json,
+decided by a stated rule in settings/levers.py, recorded in environment.json,
 and `apply` puts every lever in place here. They change the speed of a
 step, not what it computes:
 
@@ -213,7 +213,7 @@ def _embedding_allreduce(model, value: str, parts: Parts) -> str | None:
 
 
 # The function that puts each lever in place when its value is not the
-# rule's `off` (common/levers.py), in this order (attention before dropout,
+# rule's `off` (settings/levers.py), in this order (attention before dropout,
 # which swaps the attention's implementation for its own; dropout before
 # the width of its draws and the softmax of its attention).
 APPLY = {"attention": _attention, "dropout": _dropout, "dropout_bits": _dropout_bits,
@@ -223,10 +223,10 @@ APPLY = {"attention": _attention, "dropout": _dropout, "dropout_bits": _dropout_
 
 
 def apply(model, chosen, parts: Parts | None = None) -> tuple[Parts, dict[str, str]]:
-    """Put every lever of `chosen` (a common.levers.Levers) in place on
+    """Put every lever of `chosen` (a settings.levers.Levers) in place on
     `model`; per lever "on", "off", or "off: <why not>" (the model is
     left as it was for that lever)."""
-    from workflow.scripts.common.levers import RULES
+    from workflow.scripts.settings.levers import RULES
 
     parts = parts or Parts()
     status = {}

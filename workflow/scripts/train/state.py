@@ -12,11 +12,13 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 from transformers import get_scheduler
 
-from workflow.scripts.common import intel, tasks
-from workflow.scripts.common.decisions import RunDecisions
+from workflow.scripts.common import tasks
+
+from workflow.scripts.probes import intel
+from workflow.scripts.settings.decisions import RunDecisions
 from workflow.scripts.common.errors import UserError
 from workflow.scripts.common.modeling import accepted_columns, autocast_for, load_model, load_tokenizer
-from workflow.scripts.common.views import TrainSettings, TrainView
+from workflow.scripts.settings.views import TrainSettings, TrainView
 from workflow.scripts.launch.ranks import DistEnv
 from workflow.scripts.data.batching import DistributedLengthGroupedSampler, pad_collate
 from workflow.scripts.train import master, master_kernel, speed

@@ -18,7 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from workflow.scripts.common import hardware
+from workflow.scripts.probes import hardware
 from workflow.scripts.common.atomic import read_json, write_json
 from workflow.scripts.common.errors import run_cli
 from workflow.scripts.train.runs import run_training

@@ -13,7 +13,7 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from workflow.scripts.common.schema import View, derive, section_schema
+from workflow.scripts.settings.schema import View, derive, section_schema
 
 
 class _Levers(View):

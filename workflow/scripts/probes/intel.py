@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import socket
 
-from workflow.scripts.common import versions
+from workflow.scripts.probes import versions
 from workflow.scripts.common.errors import UserError
-from workflow.scripts.common.oneccl import CCL_PACKAGE, check_ccl_pair, major_minor, release
+from workflow.scripts.probes.oneccl import CCL_PACKAGE, check_ccl_pair, major_minor, release
 
 IPEX_MODULE = "intel_extension_for_pytorch"
 IPEX_PACKAGE = "intel-extension-for-pytorch"

@@ -2,8 +2,8 @@
 
 workflow/schemas/config.schema.yaml is the one definition of every setting:
 its type, default and description. `derive` builds a frozen dataclass from
-one of its objects when a module is imported (common/views.py, the levers
-in common/levers.py), so a setting added to the schema is a typed field with
+one of its objects when a module is imported (settings/views.py, the levers
+in settings/levers.py), so a setting added to the schema is a typed field with
 nothing more written, and the two cannot drift apart.
 """
 

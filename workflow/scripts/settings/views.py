@@ -1,4 +1,4 @@
-"""Typed views of the configuration, built from the schema (common/schema.py).
+"""Typed views of the configuration, built from the schema (settings/schema.py).
 
 One frozen dataclass per schema section (`SECTIONS`) and one per stage: the
 keys of the slice it reads (`STAGE_KEYS`; workflow/helpers/stages.py cuts the slices
@@ -12,10 +12,10 @@ code that reads it (`view.section.key`), and a test (docs/architecture.md).
 
 from __future__ import annotations
 
-from workflow.scripts.common.levers import Levers
-from workflow.scripts.common.schema import SCHEMA, View, derive, section_schema
+from workflow.scripts.settings.levers import Levers
+from workflow.scripts.settings.schema import SCHEMA, View, derive, section_schema
 
-_NESTED = {"speed": Levers}  # train.speed: the levers, typed with their rules (common/levers.py)
+_NESTED = {"speed": Levers}  # train.speed: the levers, typed with their rules (settings/levers.py)
 
 DataFiles = derive("DataFiles", section_schema("data"), {}, skip=("generate",), module=__name__)
 TrainSettings = derive("TrainSettings", section_schema("train"), _NESTED, module=__name__)

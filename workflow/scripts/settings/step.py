@@ -10,7 +10,7 @@ from pathlib import Path
 
 from typing import TypeVar
 
-from workflow.scripts.common.decisions import RunDecisions
+from workflow.scripts.settings.decisions import RunDecisions
 from workflow.scripts.common.errors import run_cli
 
 V = TypeVar("V")
@@ -33,7 +33,7 @@ def read_config(args) -> dict:
 
 
 def read_view(args, view: type[V]) -> V:
-    """The stage's configuration slice as its typed view (common/views.py).
+    """The stage's configuration slice as its typed view (settings/views.py).
     A whole configuration works too (tests and benches pass one): the view
     takes its part; inside a section every key must be known."""
     return view.pick(read_config(args))

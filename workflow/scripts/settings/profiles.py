@@ -20,7 +20,7 @@ from pathlib import Path
 
 import yaml
 
-from workflow.scripts.common import config as cfg
+from workflow.scripts.settings import config as cfg
 from workflow.scripts.common.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -8,7 +8,7 @@ import dataclasses
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-from workflow.scripts.common.levers import Levers, all_off
+from workflow.scripts.settings.levers import Levers, all_off
 
 
 @dataclass(frozen=True)
@@ -29,7 +29,7 @@ class RunDecisions:
     gloo_ifname: str | None = None
     """The interface that reaches the first node on every node (several nodes)."""
     levers: Levers = dataclasses.field(default_factory=all_off)
-    """The training step's levers as chosen (common/levers.py; none is auto);
+    """The training step's levers as chosen (settings/levers.py; none is auto);
     a record without them (an older environment.json) runs with all off."""
     levers_reason: dict | None = None
     backend_reason: str = "?"

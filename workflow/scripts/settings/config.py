@@ -16,10 +16,10 @@ import jsonschema
 import yaml
 
 from workflow.scripts.common.errors import UserError
-from workflow.scripts.common import sweep as sweeps
-from workflow.scripts.common.hostfile import check_nodes
-from workflow.scripts.common.layers import coerce
-from workflow.scripts.common.recipe import RecipeError, apply_required_threads, with_task_defaults
+from workflow.scripts.settings import sweep as sweeps
+from workflow.scripts.settings.hostfile import check_nodes
+from workflow.scripts.settings.layers import coerce
+from workflow.scripts.settings.recipe import RecipeError, apply_required_threads, with_task_defaults
 from workflow.scripts.common.tasks import formats_for, get_task
 
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "schemas" / "config.schema.yaml"
