@@ -68,7 +68,7 @@ test-intel: need-intel-python need-root
 	$(if $(shell command -v flock),flock $(INTEL_LOCK)) $(MAKE) --no-print-directory -f $(firstword $(MAKEFILE_LIST)) intel-venv
 	CPUDDP_INTEL_STACK=1 PATH=$(INTEL_BIN):$$PATH $(INTEL_BIN)/python -m pytest -q -rs --junitxml=.lanes/intel.xml \
 		tests/integration/test_intel.py tests/integration/test_intel_ccl.py tests/integration/test_intel_stack.py tests/integration/test_teardown.py \
-		tests/integration/test_multinode.py::test_ccl_training_across_hosts
+		tests/integration/test_multinode.py::test_ccl_training_across_hosts "tests/integration/test_demo_experiments.py::test_a_demo_experiment_runs_as_checked_in[demo-ccl]"
 
 # gloo against ccl through the workflow (experiments/demo-ccl.yaml), then its
 # report with the two runs side by side.

@@ -1,0 +1,32 @@
+"""The demo experiment files are the workflow's checked-in test configs (the
+`.test/` habit of the Snakemake catalog): each runs here as it is, through
+the real workflow, shrunk only in size (fewer generated rows and steps).
+demo-glue-table and demo-news run in test_glue_table.py and
+test_own_data.py, with their own checks; demo-ccl needs the Intel env's
+oneCCL and runs in `make test-intel`."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+
+import pytest
+
+from helpers.workflow import REPO, snakemake
+
+SMALL = ("data={generate: {train: 64, validation: 32, seed: 0}}", "train={max_steps: 3, log_every: 1}")
+needs_ccl = pytest.mark.skipif(importlib.util.find_spec("oneccl_bindings_for_pytorch") is None
+                               or os.environ.get("CPUDDP_INTEL_STACK") != "1",
+                               reason="oneCCL bindings (the Intel env): runs in `make test-intel`")
+
+
+@pytest.mark.parametrize("name", ["demo", "demo-squad", "demo-sweep",
+                                  pytest.param("demo-ccl", marks=[pytest.mark.intel, needs_ccl])])
+def test_a_demo_experiment_runs_as_checked_in(tmp_path, name):
+    snakemake(tmp_path, REPO / "experiments" / f"{name}.yaml", "--config", *SMALL, timeout=1100)
+    summary = json.loads((tmp_path / f"results/{name}/summary.json").read_text())
+    runs = summary["runs"]
+    assert runs and all(run["train_samples_per_second"] > 0 for run in runs), runs
+    for run in runs:
+        assert (tmp_path / f"results/{name}/{run['run']}/model/config.json").is_file()
