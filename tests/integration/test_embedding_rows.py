@@ -3,7 +3,7 @@ embedding_allreduce: rows) gives the dense all-reduce's gradients bit for
 bit, on two real gloo ranks with different batches, with and without
 gradient accumulation, and sends only the rows some rank touched; so does
 a word-embedding gradient table reused across updates (train.speed.
-embedding_grad: reuse), alone and with the rows."""
+embedding_grad: reuse, cpuddp's encoder), alone and with the rows."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import torch.multiprocessing as mp
 from torch.nn.parallel import DistributedDataParallel as DDP
 from transformers import BertConfig, BertForSequenceClassification
 
-from workflow.scripts.train import comm, speed
+from workflow.scripts.train import comm, encoder, speed
 
 CONFIG = BertConfig(vocab_size=1000, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                     intermediate_size=64, max_position_embeddings=64, hidden_dropout_prob=0.0,
@@ -25,10 +25,10 @@ UPDATES = 2  # the second update is the one a reused gradient table could spoil
 
 def gradients(rank: int, rows: bool, micro_batches: int, reuse: bool = False) -> tuple[list[dict], list[int]]:
     torch.manual_seed(0)  # the same weights on both ranks
-    model = BertForSequenceClassification(CONFIG)
+    model, _ = encoder.build(BertForSequenceClassification(CONFIG), "classification", hash_dropout=False)
     pool = speed.GradPool()  # with reuse, it also tells the row all-reduce which rows this rank used
-    if reuse:
-        assert speed.reuse_embedding_grad(model, pool) is None
+    if reuse:  # as speed.apply chooses it for cpuddp's encoder
+        model.use_grad_pool(pool)
     timer = comm.CommTimer("none", rows_of=model.get_input_embeddings().weight if rows else None, touched=pool)
     ddp = DDP(model, gradient_as_bucket_view=True, bucket_cap_mb=1)
     ddp.register_comm_hook(timer, comm.CommTimer.hook)
@@ -51,7 +51,7 @@ def worker(rank: int, init: str, results: dict) -> None:
     try:
         for micro_batches in (1, 3):
             dense, _ = gradients(rank, False, micro_batches)
-            tables = [update["bert.embeddings.word_embeddings.weight"] for update in dense]
+            tables = [update["encoder.embeddings.word.weight"] for update in dense]
             touched = [int(t.ne(0).any(dim=1).sum()) for t in tables]  # after the all-reduce: the union over ranks
             for rows, reuse in ((True, False), (False, True), (True, True)):
                 other, sent = gradients(rank, rows, micro_batches, reuse)

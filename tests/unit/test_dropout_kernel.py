@@ -8,9 +8,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from helpers.tiny_encoders import tiny
-from workflow.scripts.train import dropout as dropout_lever
-from workflow.scripts.train import dropout_kernel, master_kernel
+from helpers.tiny_family import tiny_hf
+from workflow.scripts.train import dropout_kernel, encoder, master_kernel
+from workflow.scripts.train.dropout_kernel import KernelDropout, draw_seed, dropped, keep_scale
 
 
 @pytest.fixture(autouse=True)
@@ -32,7 +32,7 @@ def test_the_mask_is_its_definition_and_kept_elements_are_scaled_as_torch_rounds
 def test_p_and_the_mean_are_kept_and_neighbours_are_independent(kernel):
     torch.manual_seed(0)
     for p in (0.1, 0.5):
-        out = dropout_lever.fast_dropout(torch.ones(1000, 1000), p, kernel=kernel)
+        out = KernelDropout.apply(torch.ones(1000, 1000), p, kernel)
         kept = out != 0
         assert abs(1 - kept.float().mean().item() - p) < 0.002  # 1e6 draws: the standard error is 0.0005
         assert abs(out.mean().item() - 1.0) < 0.005
@@ -43,7 +43,7 @@ def test_p_and_the_mean_are_kept_and_neighbours_are_independent(kernel):
 def test_backward_drops_the_same_elements_with_the_same_scale(kernel):
     x = torch.randn(64, 384, dtype=torch.bfloat16, requires_grad=True)
     grad = torch.randn(64, 384, dtype=torch.bfloat16)
-    y = dropout_lever.fast_dropout(x, 0.1, kernel=kernel)
+    y = KernelDropout.apply(x, 0.1, kernel)
     y.backward(grad)
     kept = y != 0
     scale = 1 / (1 - dropout_kernel.dropped(0.1) / 2 ** 16)
@@ -58,36 +58,54 @@ def test_the_same_result_on_one_thread_or_two_and_seeds_follow_torch(kernel):
         for count in (1, 2):
             torch.set_num_threads(count)
             torch.manual_seed(7)
-            results.append(dropout_lever.fast_dropout(x, 0.1, kernel=kernel))
+            results.append(KernelDropout.apply(x, 0.1, kernel))
     finally:
         torch.set_num_threads(threads)
     assert torch.equal(*results)
     torch.manual_seed(8)
-    assert not torch.equal(results[0], dropout_lever.fast_dropout(x, 0.1, kernel=kernel))
+    assert not torch.equal(results[0], KernelDropout.apply(x, 0.1, kernel))
 
 
-def test_the_lever_reaches_the_modules_and_the_attention_and_trains():
-    model = tiny("Bert", "eager")
-    assert dropout_lever.hash_dropout_masks(model) == "dropout is torch's (train.speed.dropout)"
-    dropout_lever.fast_dropout_modules(model)
-    assert dropout_lever.hash_dropout_masks(model) is None
-    assert all(m.kernel is not None for m in model.modules() if isinstance(m, dropout_lever.FastDropout))
-    assert model.bert.encoder.layer[0].attention.self.dropout_kernel is not None
+def test_the_lever_reaches_the_encoders_dropout_and_trains():
+    model, _ = encoder.build(tiny_hf("Bert", "classification"), "classification", hash_dropout=True)
+    assert model.encoder.kernel is not None and model.head.kernel is not None
+    assert model.choices["dropout"].startswith("hash kernel")
     model.train()
-    batch = {"input_ids": torch.randint(1, 100, (2, 9)), "labels": torch.tensor([0, 1])}
+    batch = {"input_ids": torch.randint(2, 100, (2, 9)), "labels": torch.tensor([0, 1])}
     loss = model(**batch).loss
     loss.backward()
-    assert torch.isfinite(loss) and model.bert.encoder.layer[0].attention.self.query.weight.grad.abs().sum() > 0
+    assert torch.isfinite(loss) and model.encoder.layers[0].query.weight.grad.abs().sum() > 0
 
 
-def test_without_a_compiler_a_reason_and_the_stored_masks(monkeypatch, tmp_path):
+def test_without_a_compiler_a_reason_and_torchs_dropout(monkeypatch, tmp_path):
     kernel, why = dropout_kernel.build(cc=str(tmp_path / "no-cc"), cache=tmp_path)
     assert kernel is None and why.startswith("no C compiler") and "\n" not in why
     monkeypatch.setenv("CC", str(tmp_path / "no-cc"))
-    model = tiny("Bert", "eager")
-    dropout_lever.fast_dropout_modules(model)
-    assert dropout_lever.hash_dropout_masks(model) == why
-    assert all(m.kernel is None for m in model.modules() if isinstance(m, dropout_lever.FastDropout))
+    monkeypatch.setattr(dropout_kernel, "load", lambda: (None, why))
+    model, _ = encoder.build(tiny_hf("Bert", "classification"), "classification", hash_dropout=True)
+    assert model.encoder.kernel is None and model.choices["dropout"] == f"torch: {why}"
+
+
+class SoftmaxDropout(torch.autograd.Function):
+    """The kernel's dropout(softmax(scores x scaling + mask)) under autograd, as the encoder's attention calls it."""
+
+    @staticmethod
+    def forward(ctx, scores, mask, scaling: float, p: float, kernel):
+        ctx.args = (scaling, draw_seed() if p > 0 else 0, dropped(p), keep_scale(p))
+        out, probs = kernel.softmax_dropout(scores, mask, *ctx.args)
+        ctx.kernel = kernel
+        ctx.save_for_backward(probs)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        (probs,) = ctx.saved_tensors
+        return ctx.kernel.softmax_dropout_backward(grad, probs, *ctx.args), None, None, None, None
+
+
+def mask_rows(mask: torch.Tensor) -> torch.Tensor:
+    """An additive [batch, 1, queries or 1, keys] mask as the kernel reads it: fp32 [batch, queries or 1, keys]."""
+    return mask.float().squeeze(1)
 
 
 def attention_inputs(queries_in_mask: int):
@@ -103,8 +121,7 @@ def attention_inputs(queries_in_mask: int):
 def test_fused_attention_softmax_is_fp32_softmax_rounded_once_forward_and_backward(kernel, queries_in_mask):
     scores, mask = attention_inputs(queries_in_mask)
     ours, theirs = scores.clone().requires_grad_(), scores.float().requires_grad_()
-    out = dropout_kernel.SoftmaxDropout.apply(ours, dropout_kernel.attention_mask_rows(mask, scores), 0.125, 0.0,
-                                              kernel)
+    out = SoftmaxDropout.apply(ours, mask_rows(mask), 0.125, 0.0, kernel)
     want = torch.softmax(torch.add(mask.float(), theirs, alpha=0.125), -1)
     assert out.dtype == torch.bfloat16 and (out.float() - want).abs().max() < 2e-3  # bf16 rounding of p <= 1
     assert (out == want.bfloat16()).float().mean() > 0.999  # exp within 2 ulp: a rare tie rounds the other way
@@ -116,10 +133,10 @@ def test_fused_attention_softmax_is_fp32_softmax_rounded_once_forward_and_backwa
 
 def test_fused_attention_dropout_keeps_the_scaled_probabilities_and_the_same_mask_backward(kernel):
     scores, mask = attention_inputs(7)
-    rows = dropout_kernel.attention_mask_rows(mask, scores)
-    probs = dropout_kernel.SoftmaxDropout.apply(scores, rows, 0.125, 0.0, kernel)
+    rows = mask_rows(mask)
+    probs = SoftmaxDropout.apply(scores, rows, 0.125, 0.0, kernel)
     ours = scores.clone().requires_grad_()
-    out = dropout_kernel.SoftmaxDropout.apply(ours, rows, 0.125, 0.5, kernel)
+    out = SoftmaxDropout.apply(ours, rows, 0.125, 0.5, kernel)
     kept = out != 0
     scale = dropout_kernel.keep_scale(0.5)
     error = (out[kept].float() - probs[kept].float() * scale).abs() / out[kept].float().abs()
@@ -134,9 +151,3 @@ def test_fused_attention_dropout_keeps_the_scaled_probabilities_and_the_same_mas
     dy = torch.where(kept, grad.float() * scale, 0.0)
     want = y * (dy - (dy * y).sum(-1, keepdim=True)) * 0.125
     assert (ours.grad.float() - want).abs().max() < 1e-2 * want.abs().max()
-
-
-def test_per_head_masks_take_the_unfused_path():
-    scores = torch.zeros(2, 4, 5, 5).bfloat16()
-    assert dropout_kernel.attention_mask_rows(torch.zeros(2, 4, 5, 5), scores) is None
-    assert dropout_kernel.attention_mask_rows(None, scores).shape == (2, 1, 5)

@@ -1,12 +1,15 @@
 """No forward is replaced: the packed encoder holds no transformers module
 and replaces nothing, and guard.replaced_forwards finds a forward set on a
-live object (what train/speed.py's levers do today) and a class patched
-after import. The lead applies the same helper to the whole training build."""
+live object (what train/speed.py's levers did before issue 44) and a class patched
+after import. tests/integration/test_model_code.py applies it to the model
+as state.build returns it, on both paths."""
 
 from __future__ import annotations
 
+import types
+
 from helpers.tiny_family import tiny_hf
-from workflow.scripts.train import encoder, master, speed
+from workflow.scripts.train import encoder, master
 from workflow.scripts.train.encoder.guard import replaced_forwards
 
 
@@ -24,7 +27,8 @@ def test_a_transformers_model_as_built_replaces_nothing():
 
 def test_a_forward_set_on_a_live_object_is_found():
     hf = tiny_hf("Bert", "classification")
-    assert speed.first_token_last_layer(hf) is None  # the lever patches the last layer
+    layer = hf.bert.encoder.layer[2]
+    layer.forward = types.MethodType(lambda self, *args, **kwargs: None, layer)  # what the old levers did
     assert replaced_forwards(hf) == ["bert.encoder.layer.2 (BertLayer): forward set on the object"]
 
 

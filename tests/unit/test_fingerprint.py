@@ -32,13 +32,13 @@ def work(tmp_path):
     return data, model
 
 
-def parts(work, compression="none", nodes=1, **train) -> dict:
+def parts(work, compression="none", nodes=1, code="cpuddp", **train) -> dict:
     data, model = work
     cfg = TrainView.of({"task": "mrpc", "model": str(model),
                         "train": {"batch_size": 8, "learning_rate": 2e-5, **train},
                         "distributed": {"gradient_compression": compression}})
     decisions = RunDecisions("gloo", "fp32", 1, nodes, 2, levers=Levers.of({k: "off" for k in Levers().as_dict()}))
-    return fingerprint.of(cfg, decisions, data, global_batch=32)
+    return fingerprint.of(cfg, decisions, data, global_batch=32, model_code=code)
 
 
 def test_the_parts_are_settings_data_model_and_step(work):
@@ -92,6 +92,13 @@ def test_a_step_decision_is_named_with_both_values(work):
     before, after = parts(work), parts(work)
     after["step"]["levers"]["softmax"] = "fast"
     assert fingerprint.change(before, after) == "with another step (levers.softmax was 'off', now 'fast')"
+
+
+def test_the_model_code_taken_is_part_of_the_step(work):
+    """cpuddp's encoder and transformers' model name their parameters otherwise."""
+    assert fingerprint.change(parts(work, code="transformers"), parts(work, code="cpuddp")) == \
+        "with another step (model_code was 'transformers', now 'cpuddp')"
+    assert fingerprint.change(parts(work, model_code="transformers"), parts(work)) is None  # the setting: step's
 
 
 def test_an_older_fingerprint_is_other_work(work):

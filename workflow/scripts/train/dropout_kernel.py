@@ -3,7 +3,7 @@
 (train/kernel_build.py), loaded with ctypes, wrapped in autograd
 functions whose backward recomputes the mask from the same seed: dropout
 alone (KernelDropout), and the attention's scale, mask, softmax and
-dropout in one pass (SoftmaxDropout, with softmax fp32).
+dropout in one pass (cpuddp's encoder, encoder/attention.py).
 
 The seed of each call is drawn from torch's generator (one int64), so a
 run's masks follow from torch.manual_seed and a checkpoint's RNG state,
@@ -149,32 +149,3 @@ class KernelDropout(torch.autograd.Function):
     def backward(ctx, grad):
         kernel, *args = ctx.args
         return kernel.dropout(grad, *args), None, None
-
-
-class SoftmaxDropout(torch.autograd.Function):
-    """dropout(softmax(scores x scaling + mask)) in one pass forward and one
-    backward (the softmax in fp32, rounded once; the mask from the seed)."""
-
-    @staticmethod
-    def forward(ctx, scores, mask, scaling: float, p: float, kernel: Kernel):
-        ctx.args = (scaling, draw_seed() if p > 0 else 0, dropped(p), keep_scale(p))
-        out, probs = kernel.softmax_dropout(scores, mask, *ctx.args)
-        ctx.kernel = kernel
-        ctx.save_for_backward(probs)
-        return out
-
-    @staticmethod
-    def backward(ctx, grad):
-        (probs,) = ctx.saved_tensors
-        return ctx.kernel.softmax_dropout_backward(grad, probs, *ctx.args), None, None, None, None
-
-
-def attention_mask_rows(mask: torch.Tensor | None, scores: torch.Tensor) -> torch.Tensor | None:
-    """The additive mask as the kernel reads it, fp32 [batch, 1 or queries,
-    keys], or None where it is not one (per-head masks)."""
-    batch, _, queries, keys = scores.shape
-    if mask is None:
-        return scores.new_zeros((batch, 1, keys), dtype=torch.float32)
-    if mask.dim() != 4 or mask.shape[1] != 1 or mask.shape[-1] != keys or mask.shape[-2] not in (1, queries):
-        return None
-    return mask.to(torch.float32).expand(batch, 1, mask.shape[-2], keys).reshape(batch, mask.shape[-2], keys)

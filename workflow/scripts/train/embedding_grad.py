@@ -1,5 +1,6 @@
 """The embedding_grad lever (train.speed.embedding_grad `reuse`,
-train/speed.py): the word embedding's gradient written into a table kept
+train/speed.py; cpuddp's encoder takes it when it is built, encoder/layers.py
+Embeddings): the word embedding's gradient written into a table kept
 from step to step, zeroing only the rows the last step touched, instead of
 a new zeroed table every step (a table over 32 MB comes from fresh pages of
 the OS each time). The gradient is torch's, bit for bit; the rows it wrote
@@ -7,28 +8,8 @@ also tell the row all-reduce (comm.py) which rows this rank touched."""
 
 from __future__ import annotations
 
-import types
-
 import torch
 import torch.nn.functional as F
-
-
-def reuse_embedding_grad(model, pool: GradPool | None = None) -> str | None:
-    """Give the word embedding a gradient table reused across steps (`pool`
-    holds it); None when done, else why it cannot (the model is left as it
-    was)."""
-    embedding = model.get_input_embeddings()
-    if type(embedding) is not torch.nn.Embedding:
-        return f"the input embedding is a {type(embedding).__name__}, not a torch.nn.Embedding"
-    if embedding.max_norm is not None or embedding.scale_grad_by_freq or embedding.sparse:
-        return "the input embedding renormalises, scales by frequency or has sparse gradients"
-    tied = [name for name, p in model.named_parameters(remove_duplicate=False) if p is embedding.weight]
-    if len(tied) > 1:  # another module adds its own gradient to the same table
-        return f"the input embedding is tied to {', '.join(tied[1:])}"
-    pool = pool or GradPool()
-    embedding.forward = types.MethodType(
-        lambda self, input: _ReusedGradEmbedding.apply(input, self.weight, self.padding_idx, pool), embedding)
-    return None
 
 
 class GradPool:

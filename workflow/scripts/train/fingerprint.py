@@ -8,8 +8,10 @@ continues only the same work and a mismatch says which part changed.
     data      sha256 of the tokenized training split's files
     model     sha256 of the model folder's config and weight files
     step      the environment check's decisions that change the step:
-              precision, IPEX, the levers; the planned world size only
-              under gradient compression (which compresses per rank)
+              precision, IPEX, the levers; the model code taken
+              (train/model_code.py: its parameter names differ); the
+              planned world size only under gradient compression (which
+              compresses per rank)
 
 A retry on fewer ranks (a node dropped, distributed.min_nodes) keeps the
 global batch, the decisions and the planned world size: it resumes. Rank 0
@@ -27,7 +29,7 @@ from workflow.scripts.settings.views import TrainView
 
 UNCHANGING = ("batch_size", "gradient_accumulation_steps",  # the split: the global batch is compared
               "log_every", "checkpoint_every", "keep_checkpoints",  # cadence, not arithmetic
-              "precision", "ipex", "speed")  # as set (auto); the step part holds what was decided
+              "precision", "ipex", "speed", "model_code")  # as set (auto); the step part holds what was decided
 WEIGHTS = ("*.safetensors", "*.bin", "*.pt", "*.pth")
 WHAT = {
     "settings": "with other training settings",
@@ -65,10 +67,12 @@ def model_digest(model) -> str:
     return files_digest(files, root)
 
 
-def of(cfg: TrainView, decisions: RunDecisions, data_dir, global_batch: int) -> dict:
-    """The parts, JSON-able; the checkpoint's marker keeps them."""
+def of(cfg: TrainView, decisions: RunDecisions, data_dir, global_batch: int, model_code: str) -> dict:
+    """The parts, JSON-able; the checkpoint's marker keeps them. model_code:
+    the path the build took (cpuddp or transformers)."""
     compression = cfg.distributed.gradient_compression
-    step = {"precision": decisions.precision, "ipex": decisions.ipex, "levers": decisions.levers.as_dict()}
+    step = {"precision": decisions.precision, "ipex": decisions.ipex, "levers": decisions.levers.as_dict(),
+            "model_code": model_code}
     if compression != "none":
         step["planned_world_size"] = decisions.world_size
     return {

@@ -21,7 +21,7 @@ from workflow.scripts.common.modeling import accepted_columns, autocast_for, loa
 from workflow.scripts.settings.views import TrainSettings, TrainView
 from workflow.scripts.launch.ranks import DistEnv
 from workflow.scripts.data.batching import DistributedLengthGroupedSampler, pad_collate
-from workflow.scripts.train import master, master_kernel, speed
+from workflow.scripts.train import master, master_kernel, model_code, speed
 from workflow.scripts.train.master import MasterAdamW
 from workflow.scripts.train.comm import CommTimer
 
@@ -73,6 +73,8 @@ class TrainingState:
     """A progress line (and the loss averaged over ranks) every this many updates."""
     checkpoint_every: int = 0
     """A checkpoint every this many updates within an epoch (0: at epoch ends only)."""
+    choice: model_code.Choice = model_code.Choice("transformers", "as given")
+    """Whose model code trains (train/model_code.py): the run line, the records and the fingerprint say it."""
 
     def clipped_parameters(self):
         """What gradient clipping sees: the fp32 masters' gradients under
@@ -196,11 +198,14 @@ def build(cfg: TrainView, decisions: RunDecisions, data_dir: str, env: DistEnv, 
     train_cfg = cfg.train
     torch.manual_seed(train_cfg.seed)  # identical init; DDP broadcasts rank 0's anyway
     tokenizer = load_tokenizer(cfg.model, cfg.trust_remote_code)
-    model = load_model(cfg.model, task, cfg.trust_remote_code, tokenizer)
+    loaded = load_model(cfg.model, task, cfg.trust_remote_code, tokenizer)
+    model, choice = model_code.build(train_cfg.model_code, loaded, task.is_qa, decisions.ipex, decisions.levers)
+    del loaded
+    log.info(choice.line())
     if decisions.precision == "bf16_master":
         head = master.to_bf16_encoder(model)
         log.info(f"bf16_master: the encoder in bf16, {', '.join(head)} in fp32, fp32 masters in the optimizer")
-    parts = speed.Parts(task.is_qa, decisions.ipex, backend=decisions.backend, precision=decisions.precision,
+    parts = speed.Parts(backend=decisions.backend, precision=decisions.precision,
                         timeout_s=60 * cfg.distributed.timeout_minutes)
     parts, status = speed.apply(model, decisions.levers, parts)
     log.info("levers: " + "; ".join(f"{name} {state}" for name, state in status.items()))
@@ -224,5 +229,5 @@ def build(cfg: TrainView, decisions: RunDecisions, data_dir: str, env: DistEnv, 
     state = TrainingState(ddp_model, model, optimizer, scheduler, loader, sampler,
                           autocast_for("fp32" if decisions.precision == "bf16_master" else decisions.precision),
                           comm, steps, train_cfg.max_grad_norm,
-                          train_cfg.log_every, train_cfg.checkpoint_every)
+                          train_cfg.log_every, train_cfg.checkpoint_every, choice)
     return state, tokenizer

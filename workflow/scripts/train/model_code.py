@@ -1,0 +1,52 @@
+"""Whose model code a run trains (train.model_code), decided once as the
+model is built: cpuddp's own encoder of the BERT family (train/encoder/:
+packed tokens, its levers chosen as it is built) or the model as
+transformers builds it (with the exact levers that replace no forward,
+train/speed.py). The run line says which, and why; the checkpoint's
+fingerprint keeps it (the two paths' parameter names differ)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from workflow.scripts.common.errors import UserError
+from workflow.scripts.train import encoder
+
+
+@dataclass(frozen=True)
+class Choice:
+    code: str
+    """cpuddp or transformers: the path taken."""
+    why: str
+    """One line: the setting, or what auto saw."""
+    built: str = ""
+    """What the build picked (the encoder's weights, its dropout), for the log."""
+
+    def line(self) -> str:
+        return f"model code: {self.code} ({self.why})" + (f"; {self.built}" if self.built else "")
+
+    def as_dict(self) -> dict:
+        return {"model_code": self.code, "model_code_reason": self.why, "model_built": self.built}
+
+
+def build(setting: str, hf_model, is_qa: bool, ipex: bool, levers) -> tuple[object, Choice]:
+    """(the model to train, the choice) from the transformers model `hf_model`
+    as load_model gave it; cpuddp asked for where it cannot serve: UserError."""
+    kind = "qa" if is_qa else "classification"
+    if setting == "transformers":
+        return hf_model, Choice("transformers", "set in train.model_code")
+    if ipex:  # IPEX replaces transformers' modules and saves through them (probes/intel.py)
+        if setting == "cpuddp":
+            raise UserError("train.model_code cpuddp cannot train under IPEX (it optimizes transformers' modules); "
+                            "set train.ipex false or train.model_code transformers")
+        return hf_model, Choice("transformers", "auto: IPEX optimizes transformers' modules")
+    hash_dropout = levers.dropout == "fast" and levers.dropout_mask == "hash"
+    model, why_not = encoder.build(hf_model, kind, hash_dropout=hash_dropout)
+    if model is None:
+        if setting == "cpuddp":
+            raise UserError(f"train.model_code cpuddp: {why_not}; set train.model_code auto or transformers")
+        return hf_model, Choice("transformers", f"auto: {why_not}")
+    model.encoder.first_token_only = model.encoder.reads_first_tokens and levers.last_layer == "first_token"
+    why = "set in train.model_code" if setting == "cpuddp" else f"auto: the BERT family with a {kind} head"
+    built = "; ".join(f"{name} {value}" for name, value in model.choices.items())
+    return model, Choice("cpuddp", why, built)
