@@ -1,0 +1,90 @@
+"""state.build trains the BERT family through cpuddp's own encoder
+(train.model_code auto) and any model through transformers when asked;
+on both paths the model it returns has no forward replaced
+(encoder/guard.py), the run line says which path and why, and one update
+trains through DDP. A single-rank gloo group in this process (no process
+is started)."""
+
+from __future__ import annotations
+
+import logging
+
+import datasets
+import pytest
+import torch
+import torch.distributed as dist
+from transformers import AutoModelForSequenceClassification
+
+from workflow.scripts.common.errors import UserError
+from workflow.scripts.launch.ranks import DistEnv
+from workflow.scripts.settings import levers
+from workflow.scripts.settings.decisions import RunDecisions
+from workflow.scripts.settings.views import TrainView
+from workflow.scripts.train import encoder, model_code
+from workflow.scripts.train.encoder.guard import replaced_forwards
+from workflow.scripts.train.loop import train_step
+from workflow.scripts.train.state import build
+
+
+@pytest.fixture
+def data_dir(tmp_path):
+    torch.manual_seed(0)
+    rows = {"input_ids": [], "attention_mask": [], "token_type_ids": [], "labels": []}
+    for i in range(16):
+        length = 5 + i % 7
+        rows["input_ids"].append([101] + torch.randint(1000, 2000, (length - 2,)).tolist() + [102])
+        rows["attention_mask"].append([1] * length)
+        rows["token_type_ids"].append([0] * length)
+        rows["labels"].append(i % 2)
+    datasets.DatasetDict({"train": datasets.Dataset.from_dict(rows)}).save_to_disk(tmp_path / "data")
+    return str(tmp_path / "data")
+
+
+@pytest.fixture
+def group():
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+def built(model_dir, data_dir, setting: str, precision: str, caplog):
+    cfg = TrainView.of({"task": "mrpc", "model": str(model_dir),
+                        "train": {"batch_size": 4, "max_steps": 2, "model_code": setting}})
+    decisions = RunDecisions("gloo", precision, 1, 1, 1, levers=levers.choose(levers.Levers())[0])
+    log = logging.getLogger("test_model_code")
+    with caplog.at_level(logging.INFO, logger="test_model_code"):
+        state, _ = build(cfg, decisions, data_dir, DistEnv(0, 1, 0, 1, "none"), log)
+    return state
+
+
+@pytest.mark.parametrize("setting, precision, code", [("auto", "bf16_master", "cpuddp"), ("auto", "fp32", "cpuddp"),
+                                                      ("transformers", "fp32", "transformers")])
+def test_the_model_state_build_returns_replaces_no_forward_and_trains(tiny_model_dir, data_dir, group, caplog,
+                                                                      setting, precision, code):
+    state = built(tiny_model_dir, data_dir, setting, precision, caplog)
+    assert replaced_forwards(state.model) == [] and replaced_forwards(state.ddp_model) == []
+    assert isinstance(state.model, encoder.PackedModel) == (code == "cpuddp")
+    assert state.choice.code == code
+    line = next(r.message for r in caplog.records if r.message.startswith("model code:"))
+    assert line.startswith(f"model code: {code} (") and ("auto: the BERT family" in line) == (setting == "auto")
+    levers_line = next(r.message for r in caplog.records if r.message.startswith("levers:"))
+    assert ("padding built in" in levers_line) == (code == "cpuddp")
+    before = {n: p.detach().clone() for n, p in state.model.named_parameters()}
+    state.ddp_model.train()
+    loss = train_step(state, [next(iter(state.loader))])
+    assert torch.isfinite(torch.as_tensor(loss))
+    assert any(not torch.equal(before[n], p) for n, p in state.model.named_parameters())
+
+
+def test_a_model_outside_the_family_trains_through_transformers_and_says_why():
+    import transformers
+
+    config = transformers.GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=50, pad_token_id=0)
+    hf = AutoModelForSequenceClassification.from_config(config)
+    chosen = levers.choose(levers.Levers())[0]
+    model, choice = model_code.build("auto", hf, is_qa=False, ipex=False, levers=chosen)
+    assert model is hf and choice.code == "transformers" and choice.why.startswith("auto: model type gpt2")
+    with pytest.raises(UserError, match="train.model_code cpuddp: model type gpt2"):
+        model_code.build("cpuddp", hf, is_qa=False, ipex=False, levers=chosen)
+    model, choice = model_code.build("auto", hf, is_qa=False, ipex=True, levers=chosen)
+    assert choice.code == "transformers" and "IPEX" in choice.why
