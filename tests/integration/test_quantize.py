@@ -83,6 +83,13 @@ def test_deploy_holds_the_fastest_model_that_meets_the_gates(quantized_run):
 
     model, tokenizer = load_deployed(work / "results/tiny/default/deploy")
     assert model(**tokenizer("a", "b", return_tensors="pt")).logits.shape == (1, 2)
+    from huggingface_hub import ModelCard
+
+    deployed = ModelCard.load(work / "results/tiny/default/deploy/README.md")  # the card of what ships
+    assert {r.metric_type: r.metric_value for r in deployed.data.eval_results} == meta["metrics"]
+    assert deployed.data.model_name == "tiny-default" and "int8" in deployed.text
+    trained = ModelCard.load(work / "results/tiny/default/model/README.md")  # written at save time
+    assert trained.data.base_model == deployed.data.base_model and trained.data.eval_results is None
 
 
 def test_artifact_is_verified_and_int8(quantized_run):

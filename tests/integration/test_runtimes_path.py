@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import contextlib
 import json
+from pathlib import Path
 
 import datasets
 import numpy as np
 import pytest
 import torch
+from huggingface_hub import ModelCard
 
 from helpers.cpu_flags import EPYC_ZEN2
 from workflow.scripts.common import tasks
@@ -62,7 +64,10 @@ def run_runtimes(work, paths, task, int8=None, name="eval_runtimes", **gates) ->
 
 
 def run_deploy(work, paths, evaluation: str, int8=None, out="deploy") -> dict:
-    deploy.main(["--config", paths["evaluate"], "--evaluation", str(work / evaluation), "--model", paths["model"],
+    config = write(work / "deploy.config.json", {"experiment": "runtimes", "task": json.loads(
+        Path(paths["evaluate"]).read_text())["task"], "model": paths["model"]})
+    deploy.main(["--config", config, "--environment", paths["env"], "--evaluation", str(work / evaluation),
+                 "--model", paths["model"],
                  "--model-openvino", str(work / "model_openvino"), "--model-int8", str(int8 or work / "model_int8"),
                  "--out", str(work / out)])
     return json.loads((work / out / policy.DEPLOY_FILE).read_text())
@@ -139,6 +144,10 @@ def test_deploy_holds_the_fastest_and_loads_in_two_lines(mrpc):
     assert meta["measured_on"] == result["cpu"]["tag"] and set(meta["metrics"]) == {"accuracy", "f1"}
     assert not (work / "deploy" / ".snakemake_timestamp").exists()
     model, tokenizer = deploy.load_deployed(work / "deploy")
+    card = ModelCard.load(work / "deploy" / "README.md")  # the model card, with the deployed model's metrics
+    assert card.data.library_name == "transformers" and card.data.datasets == ["nyu-mll/glue"]
+    assert {r.metric_type: r.metric_value for r in card.data.eval_results} == meta["metrics"]
+    assert policy.LABELS[chosen] in card.text and "## Hardware" in card.text
     assert model(**tokenizer("a b", "c", return_tensors="pt")).logits.shape == (1, 2)
     validation = datasets.load_from_disk(paths["data"])["validation"]
     logits, _ = runtime.forward_all(model, validation, 16, 0, contextlib.nullcontext)

@@ -115,6 +115,19 @@ def test_bad_config_stops_before_any_rule(tmp_path, tiny_model_dir, section, key
     assert not (tmp_path / "results").exists()
 
 
+def test_push_to_hub_offline_stops_before_any_rule(tmp_path, tiny_model_dir):
+    """deploy.push_to_hub with HF_HUB_OFFLINE=1 (as every test runs): refused in one line, nothing trains."""
+    import yaml
+
+    configfile = tiny_experiment(tmp_path, tiny_model_dir)
+    write_config(configfile, {**yaml.safe_load(configfile.read_text()), "deploy": {"push_to_hub": "me/tiny"}})
+    done = snakemake(tmp_path, configfile, check=False)
+    assert done.returncode != 0
+    errors = [line for line in done.stderr.splitlines() if "deploy.push_to_hub" in line]
+    assert len(errors) == 1 and "HF_HUB_OFFLINE is set" in errors[0], done.stderr
+    assert not (tmp_path / "results").exists() and not (tmp_path / "logs").exists()
+
+
 def test_missing_data_file_is_named(tmp_path, tiny_model_dir):
     configfile = tiny_experiment(tmp_path, tiny_model_dir)
     (tmp_path / "mrpc/dev.tsv").unlink()

@@ -10,7 +10,7 @@ import json
 from workflow.scripts.common.model_copy import local_model
 
 SHARED_STAGES = ("data", "tokenize", "report", "plan")  # one per experiment
-RUN_STAGES = ("environment", "train", "evaluate", "convert", "quantize", "runtimes")  # one per run of a sweep
+RUN_STAGES = ("environment", "train", "evaluate", "convert", "quantize", "runtimes", "deploy")  # one per run of a sweep
 # The gates are not what quantize_static depends on: changing them reruns evaluate_runtimes only.
 GATES = ("max_accuracy_drop", "min_speedup")
 
@@ -42,6 +42,9 @@ def stage_config(stage: str, config: dict) -> dict:
             k: v for k, v in config["quantization"].items() if k not in GATES}},
         "runtimes": lambda: {"task": config["task"], "evaluation": config["evaluation"],
                              "quantization": pick(config["quantization"], "enabled", *GATES)},
+        # The model card's facts (the model as configured, not its local copy) and where to push.
+        "deploy": lambda: {**pick(config, "experiment", "task", "model"), "train": config["train"],
+                           "deploy": config.get("deploy") or {}},
     }
     if stage not in slices:
         raise ValueError(f"unknown stage {stage}")

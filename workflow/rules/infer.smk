@@ -86,7 +86,8 @@ rule evaluate_runtimes:
 rule deploy_model:
     input:
         unpack(deploy_inputs),
-        cfg="results/{experiment}/{run}/config/evaluate.json",
+        cfg="results/{experiment}/{run}/config/deploy.json",
+        env="results/{experiment}/{run}/environment.json",
     output:
         directory("results/{experiment}/{run}/deploy"),
     log:
@@ -101,5 +102,6 @@ rule deploy_model:
             for a in (f"--{name.replace('_', '-')}", input[name])
         ],
     shell:
-        "python -m workflow.scripts.infer.deploy --config {input.cfg:q} --evaluation {input.evaluation:q}"
+        "python -m workflow.scripts.infer.deploy --config {input.cfg:q} --environment {input.env:q}"
+        " --evaluation {input.evaluation:q}"
         " {params.folders:q} --out {output:q} 2> {log:q}"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import sys
 from pathlib import Path
 
 import torch
@@ -18,10 +19,24 @@ WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_mo
 
 def load_tokenizer(model: str, trust_remote_code: bool = False):
     try:
-        return AutoTokenizer.from_pretrained(model, trust_remote_code=trust_remote_code)
+        tokenizer = AutoTokenizer.from_pretrained(model, trust_remote_code=trust_remote_code)
     except (OSError, ValueError) as err:
         raise UserError(f"cannot load a tokenizer from '{model}' ({str(err).splitlines()[0]}); "
                         "point model: at a folder with tokenizer files or a Hub id") from None
+    return with_pad_token(tokenizer, model)
+
+
+def with_pad_token(tokenizer, model: str):
+    """A tokenizer without a pad token (GPT-2, Llama) pads with its eos token, as Trainer users set by hand."""
+    if tokenizer.pad_token is not None:
+        return tokenizer
+    if tokenizer.eos_token is None:
+        raise UserError(f"the tokenizer of '{model}' has neither a pad nor an eos token, so batches cannot be "
+                        "padded: add a pad token to the tokenizer (tokenizer.add_special_tokens) and save it")
+    tokenizer.pad_token = tokenizer.eos_token
+    print(f"tokenizer: '{model}' has no pad token; padding with its eos token {tokenizer.eos_token!r} "
+          f"(id {tokenizer.pad_token_id})", file=sys.stderr)
+    return tokenizer
 
 
 def check_weights(model: str) -> None:
@@ -66,6 +81,8 @@ def load_model(model: str, task: tasks.Task, trust_remote_code: bool = False, to
             label2id={name: i for i, name in enumerate(labels)}, **common)
     if tokenizer is not None:
         check_tokenizer_fits(loaded, tokenizer, model)
+        if loaded.config.pad_token_id is None:  # decoder classifiers find each row's last token by it
+            loaded.config.pad_token_id = tokenizer.pad_token_id
     return loaded
 
 

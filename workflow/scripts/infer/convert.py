@@ -38,7 +38,10 @@ def convert(model_dir, tokenized_dir, out_dir, task_name: str) -> dict:
     train = datasets.load_from_disk(str(tokenized_dir))["train"]
     example = pad_collate(tokenizer.pad_token_id)([model_inputs(train)[0]])
     outputs = stacks.output_names(task)
-    converted = stacks.to_openvino(model, example, outputs)
+    try:
+        converted = stacks.to_openvino(model, example, outputs)
+    except Exception as err:  # an architecture OpenVINO cannot take: the candidate drops out, the run goes on
+        return not_converted(out_dir, stacks.unconvertible(model, err))
     with atomic_dir(out_dir) as tmp:
         tokenizer.save_pretrained(tmp)
         model.config.save_pretrained(tmp)
@@ -52,9 +55,24 @@ def convert(model_dir, tokenized_dir, out_dir, task_name: str) -> dict:
             "source_model": str(model_dir),
             "inputs": list(example),
             "outputs": list(outputs),
+            "converted": True,
         }
         write_json(tmp / META_FILE, meta)  # last: its presence marks a finished artifact
     return meta
+
+
+def not_converted(out_dir, reason: str) -> dict:
+    """The folder of a model OpenVINO could not convert: only convert.json, saying why."""
+    meta = {"stack": "openvino", "converted": False, "reason": reason}
+    with atomic_dir(out_dir) as tmp:
+        write_json(tmp / META_FILE, meta)
+    return meta
+
+
+def dropped(model_dir) -> str | None:
+    """Why there is no fp32 OpenVINO model in `model_dir`, or None when there is one."""
+    meta = stacks.read_meta(model_dir, META_FILE, "convert_openvino", "OpenVINO fp32 model")
+    return None if meta.get("converted", True) else meta["reason"]
 
 
 def load_converted(model_dir, shapes: str = "dynamic", buckets=None, pad_id: int = 0, threads: int | None = None):
@@ -71,6 +89,8 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     meta = convert(args.model, args.data, args.out, step.read_view(args, ConvertView).task)
     print("convert: " + json.dumps(meta), file=sys.stderr)
+    if not meta["converted"]:
+        print(f"convert_openvino: {meta['reason']}")
 
 
 if __name__ == "__main__":

@@ -19,14 +19,14 @@ import shutil
 import sys
 from pathlib import Path
 
-from workflow.scripts.common import tasks
+from workflow.scripts.common import card as model_card, tasks
 
 from workflow.scripts.settings import step
 
 from workflow.scripts.probes import hardware
 from workflow.scripts.common.atomic import atomic_dir, read_json, write_json
 from workflow.scripts.common.errors import UserError
-from workflow.scripts.settings.views import EvaluateView
+from workflow.scripts.settings.views import DeployView
 from workflow.scripts.infer import policy, stacks
 
 DEPLOY_FILE = policy.DEPLOY_FILE
@@ -66,14 +66,17 @@ def link_or_copy(source: Path, target: Path) -> None:
             shutil.copy2(path, dest)
 
 
-def deploy(evaluation: dict, folders: dict[str, str], out_dir, task_name: str) -> dict:
-    """Fill `out_dir` (atomically) with the chosen model and deploy.json; return deploy.json."""
+def deploy(evaluation: dict, folders: dict[str, str], out_dir, task_name: str, card=None) -> dict:
+    """Fill `out_dir` (atomically) with the chosen model, its model card (`card(meta)`,
+    a ModelCard) and deploy.json; return deploy.json."""
     meta = deployment(evaluation, tasks.get_task(task_name))
     source = folders.get(meta["candidate"])
     if not source or not Path(source).is_dir():
         raise UserError(f"deploy: the chosen model {meta['label']} has no folder ({source}); rerun the workflow")
     with atomic_dir(out_dir) as tmp:
         link_or_copy(Path(source), tmp)
+        if card is not None:
+            model_card.write(tmp, card(meta))  # replaces model/'s card (a new file, not through the link)
         write_json(tmp / DEPLOY_FILE, meta)  # last: its presence marks a finished deployment
     return meta
 
@@ -110,16 +113,42 @@ def load_deployed(path, threads: int | None = None):
     return model, tokenizer
 
 
+def deploy_card(config: DeployView, environment: dict, evaluation: dict, name: str):
+    """meta -> the deployed folder's ModelCard: the chosen model's metrics, the run, the CPU, the int8 figures."""
+    def make(meta: dict):
+        body = model_card.text(name, config.train.as_dict(), model_card.run_facts(environment), environment,
+                               model_card.git_commit(), model_card.int8_section(evaluation, meta))
+        task = tasks.for_data(config.task)
+        return model_card.make_card(config.model, task, name, meta["metrics"], body)
+    return make
+
+
+def push(folder, repo_id: str, api=None) -> str:
+    """Upload `folder` to the Hub model repo `repo_id` (created if missing); the commit's URL."""
+    from huggingface_hub import HfApi
+
+    api = api or HfApi()
+    api.create_repo(repo_id, repo_type="model", exist_ok=True)
+    info = api.upload_folder(repo_id=repo_id, folder_path=str(folder), repo_type="model",
+                             commit_message="cpuddp deploy/", ignore_patterns=[".snakemake*"])
+    return str(getattr(info, "commit_url", info))
+
+
 def main(argv=None) -> None:
-    parser = step.parser(__doc__.splitlines()[0])
+    parser = step.parser(__doc__.splitlines()[0], environment=True)
     parser.add_argument("--evaluation", required=True, help="eval_runtimes.json (or eval_fp32.json)")
     for name, folder in policy.FOLDERS.items():
         parser.add_argument(f"--{folder.replace('_', '-')}", dest=name, help=f"{policy.LABELS[name]} folder")
     parser.add_argument("--out", required=True, help="deploy folder to write")
     args = parser.parse_args(argv)
     folders = {name: getattr(args, name) for name in policy.FOLDERS}
-    meta = deploy(read_json(args.evaluation), folders, args.out, step.read_view(args, EvaluateView).task)
+    config, evaluation = step.read_view(args, DeployView), read_json(args.evaluation)
+    name = f"{config.experiment or 'cpuddp'}-{Path(args.out).resolve().parent.name}"  # results/<experiment>/<run>/deploy
+    card = deploy_card(config, read_json(args.environment), evaluation, name)
+    meta = deploy(evaluation, folders, args.out, config.task, card)
     print(f"deploy: {args.out} holds {meta['label']} ({meta['why']}) {meta['measured_on']}")
+    if config.deploy.push_to_hub:
+        print(f"deploy: pushed {args.out} to {config.deploy.push_to_hub}: {push(args.out, config.deploy.push_to_hub)}")
     print("deploy: " + json.dumps(meta), file=sys.stderr)
 
 

@@ -131,8 +131,13 @@ def quantize(model_dir, tokenized_dir, out_dir, task_name: str, calibration_samp
     calibration = calibration_batches(rows, tokenizer.pad_token_id)
     outputs, inputs = stacks.output_names(task), tuple(calibration[0])
     start = time.perf_counter()
-    quantized = (stacks.quantize_ipex(model, calibration) if stack == "ipex"
-                 else stacks.quantize_openvino(model, calibration, outputs))
+    try:
+        quantized = (stacks.quantize_ipex(model, calibration) if stack == "ipex"
+                     else stacks.quantize_openvino(model, calibration, outputs))
+    except Exception as err:  # an architecture OpenVINO cannot take: int8 drops out, the run goes on
+        if stack == "ipex" or isinstance(err, UserError):
+            raise
+        return skip(out_dir, {**(decision or {}), "quantize": False, "reason": stacks.unconvertible(model, err)})
     seconds = time.perf_counter() - start
     with atomic_dir(out_dir) as tmp:
         tokenizer.save_pretrained(tmp)
@@ -186,6 +191,8 @@ def main(argv=None) -> None:
     meta = quantize(args.model, args.data, args.out, config.task, settings.calibration_samples,
                     settings.stack, decision=decision)
     print("quantize: " + json.dumps(meta), file=sys.stderr)
+    if not meta["quantized"]:
+        print(f"quantize: not quantized: {meta['decision']['reason']}")
 
 
 if __name__ == "__main__":

@@ -44,7 +44,9 @@ def load_models(args, task, decisions, pad_id: int, buckets: list[int]) -> tuple
     every shape mode of the OpenVINO fp32 and (if quantized) int8 models."""
     models = {EAGER: runtime.load_eager(args.model, task, decisions.precision, decisions.ipex)}
     variants = {EAGER: [EAGER]}
-    loaders = {"fp32_openvino": lambda mode: convert.load_converted(args.openvino, mode, buckets, pad_id)}
+    loaders = {}
+    if convert.dropped(args.openvino) is None:  # else OpenVINO could not convert this architecture
+        loaders["fp32_openvino"] = lambda mode: convert.load_converted(args.openvino, mode, buckets, pad_id)
     if stacks.is_quantized(args.int8):
         if stacks.read_meta(args.int8)["stack"] == "ipex":
             models["int8"], variants["int8"] = (stacks.load_quantized(args.int8), contextlib.nullcontext), ["int8"]
@@ -183,11 +185,13 @@ def evaluate_runtimes(args, config: RuntimesView, decisions) -> dict:
     meta = stacks.read_meta(args.int8)
     verdict = speed_gate(entries, gates, meta.get("stack"))
     deploy, why = policy.choose_deploy(entries)
+    if dropped := convert.dropped(args.openvino):
+        why += f"; dropped: {dropped}"
     return {"cpu": {**cpu, "low_precision": hardware.low_precision_support(cpu["isa_flags"]),
                     "tag": hardware.cpu_tag(cpu)},
             "eval": {name: entries.get(name) for name in policy.CANDIDATES},
             "quantization": quantization_record(meta.get("decision") or {}, entries, gates, verdict, deploy),
-            "deploy": {"candidate": deploy, "why": why}}
+            "deploy": {"candidate": deploy, "why": why}, "dropped": {"fp32_openvino": dropped} if dropped else {}}
 
 
 def main(argv=None) -> None:

@@ -71,6 +71,8 @@ def to_openvino(model, example: dict, outputs: tuple[str, ...]):
     """The fp32 model as an OpenVINO model with dynamic batch and length."""
     import openvino as ov
 
+    if getattr(model.config, "use_cache", None):  # decoders (GPT-2, Qwen2, Llama): no key/value cache in the graph
+        model.config.use_cache = False
     inputs = [(name, ov.PartialShape([-1, -1]), ov.Type.i64) for name in example]
     with torch.no_grad():
         converted = ov.convert_model(_TupleOutputs(model.eval(), outputs), example_input=dict(example),
@@ -78,6 +80,17 @@ def to_openvino(model, example: dict, outputs: tuple[str, ...]):
     for port, name in zip(converted.outputs, outputs):
         port.get_tensor().set_names({name})
     return converted
+
+
+def unconvertible(model, err: Exception) -> str:
+    """One line: why OpenVINO could not take this architecture (the traceback goes to the rule's log)."""
+    import traceback
+
+    traceback.print_exception(err)
+    first = next((line for line in str(err).splitlines() if line.strip()), type(err).__name__)
+    kind = getattr(model.config, "model_type", "this model")
+    return (f"OpenVINO cannot convert {kind} ({type(err).__name__}: {first[:200]}); "
+            "int8 and fp32 OpenVINO drop out of the deploy candidates")
 
 
 def quantize_openvino(model, calibration: list[dict], outputs: tuple[str, ...]):

@@ -15,6 +15,7 @@ from pathlib import Path
 import jsonschema
 import yaml
 
+from workflow.scripts.common import hub
 from workflow.scripts.common.errors import UserError
 from workflow.scripts.settings import sweep as sweeps
 from workflow.scripts.settings.hostfile import check_nodes
@@ -259,6 +260,8 @@ def check_slurm_threads(config: dict) -> None:
 def load_config(config: dict, base: Path = Path(".")) -> dict:
     """Everything the Snakefile needs: validated config and its runs."""
     config = validate(config)
+    if refusal := hub.push_refusal(config["deploy"]["push_to_hub"]):  # before any training
+        raise ConfigError(refusal)
     for run in runs(config).values():  # each swept task's own files, each swept model
         check_data_files(run, base)
         check_model(resolve_model(run["model"]), base)

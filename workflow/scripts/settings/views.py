@@ -23,9 +23,11 @@ EvaluationSettings = derive("EvaluationSettings", section_schema("evaluation"), 
 DistributedSettings = derive("DistributedSettings", section_schema("distributed"), {}, module=__name__)
 QuantizationSettings = derive("QuantizationSettings", section_schema("quantization"), {}, module=__name__)
 PlanSettings = derive("PlanSettings", section_schema("plan"), {}, module=__name__)
+DeploySettings = derive("DeploySettings", section_schema("deploy"), {}, module=__name__)
 
 SECTIONS = {"data": DataFiles, "train": TrainSettings, "evaluation": EvaluationSettings,
-            "distributed": DistributedSettings, "quantization": QuantizationSettings, "plan": PlanSettings}
+            "distributed": DistributedSettings, "quantization": QuantizationSettings, "plan": PlanSettings,
+            "deploy": DeploySettings}
 
 # The top-level keys each stage reads (its slice: workflow/helpers/stages.py).
 STAGE_KEYS = {
@@ -39,6 +41,7 @@ STAGE_KEYS = {
     "runtimes": ("task", "evaluation", "quantization"),
     "plan": ("task", "model", "trust_remote_code", "experiment", "published", "sweep", "plan", "train",
              "distributed"),
+    "deploy": ("experiment", "task", "model", "train", "deploy"),
 }
 
 
@@ -62,7 +65,7 @@ STAGE_VIEWS = {stage: _stage_view(stage) for stage in STAGE_KEYS}
 """The stages whose steps read a view; the report reads every run's summary
 and the published figures, and stays a plain mapping."""
 DataView, TokenizeView, EnvironmentView, TrainView, EvaluateView, ConvertView, QuantizeView, RuntimesView, \
-    PlanView = STAGE_VIEWS.values()
+    PlanView, DeployView = STAGE_VIEWS.values()
 
 
 def distributed_of(config) -> DistributedSettings:

@@ -29,7 +29,7 @@ import torch
 import torch.distributed as dist
 import transformers
 
-from workflow.scripts.common import logs
+from workflow.scripts.common import card, logs
 
 from workflow.scripts.settings import step
 
@@ -160,6 +160,7 @@ def save_results(job: Job, env: DistEnv, progress: Progress, t: TrainingState, t
     record = metrics_record(cfg, decisions, env, progress, t, gathered)
     model = intel.plain_model(t.model) if decisions.ipex else t.saved_model()  # fp32, not bf16
     save_model(model, tokenizer, out_dir / "model")
+    card.write_train_card(out_dir / "model", cfg, decisions, hardware.cpu_summary())  # README.md
     write_json(out_dir / "train_metrics.json", record)
     log.info(f"done: {progress.step} steps in {progress.seconds:.1f}s, "
              f"{record['train_samples_per_second']:.1f} samples/s, final loss {record['final_loss']:.4f}, "
