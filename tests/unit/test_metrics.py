@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from workflow.scripts.infer.metrics import (MetricsError, glue_metrics,
+from workflow.scripts.common.metrics import (MetricsError, glue_metrics,
                                       normalize_answer, squad_metrics)
 
 
