@@ -43,6 +43,7 @@ from workflow.scripts.common.atomic import read_json
 from workflow.scripts.common.errors import UserError, run_cli
 from workflow.scripts.launch import ccl, command, job
 from workflow.scripts.nodes import describe
+from workflow.scripts.settings.views import TrainView
 
 REPO = Path(__file__).resolve().parents[1]
 LAUNCH_TIMEOUT = 600  # a wrong oneCCL setting hangs both ranks: fail that figure instead
@@ -63,32 +64,33 @@ def bench_config(backend: str, steps: int, dist: dict | None = None) -> dict:
     return config
 
 
-def environment(config: dict, patch: dict | None) -> dict:
+def environment(view: TrainView, patch: dict | None) -> dict:
     """environment.json as the run would have it (patch: what a per-node check would add)."""
-    info = describe.environment_record(config)
+    info = describe.environment_record(view.distributed, view.train)
     info.update(patch or {})
-    info.update(ccl.record(info, config["distributed"].get("env") or {}))
+    info.update(ccl.record(info, view.distributed.env or {}))
     return info
 
 
 def allreduce(config: dict, work: Path, repeats: int, defaults: bool, patch: dict | None = None,
               over: dict | None = None) -> dict:
     """One all-reduce measurement of the DDP buckets, launched like training."""
-    info = environment(config, patch)
-    dist, threads = config["distributed"], int(info["threads_per_process"])
+    view = TrainView.pick(config)  # the bench's config, typed once
+    dist, info = view.distributed, environment(view, patch)
+    threads = int(info["threads_per_process"])
     hosts = command.run_hosts(dist)
     addr = command.master_addr(hosts)
-    env = command.rank_env(info, dist.get("env", {}), addr, command.master_port(addr))
-    launcher_env = command.launch_env(config, info)
+    env = command.rank_env(info, dist.env or {}, addr, command.master_port(addr))
+    launcher_env = command.launch_env(dist, info)
     if defaults:  # only what setvars.sh would export: oneCCL's own tuning
         for key in ccl.settings(info):
             env.pop(key, None)
             launcher_env.pop(key, None)
     env.update(over or {})
     out = work / f"allreduce-{time.monotonic_ns()}.json"
-    program = [sys.executable, "-m", "bench.comm_rank", "--backend", dist["backend"], "--out", str(out),
+    program = [sys.executable, "-m", "bench.comm_rank", "--backend", dist.backend, "--out", str(out),
                "--repeats", str(repeats)] + (["--oneccl-defaults"] if defaults else [])
-    argv = command.ranks_argv(dist, info["mpi"], hosts, command.ranks_per_node(config, info), threads, env,
+    argv = command.ranks_argv(dist, info["mpi"], hosts, command.ranks_per_node(dist, info), threads, env,
                               command.pin_command(threads, program), work)
     done = subprocess.run(argv, env=launcher_env, capture_output=True, text=True, timeout=LAUNCH_TIMEOUT, cwd=REPO)
     if done.returncode != 0 or not out.exists():
@@ -100,7 +102,8 @@ def allreduce(config: dict, work: Path, repeats: int, defaults: bool, patch: dic
 
 def train(config: dict, data: Path, work: Path, patch: dict | None = None) -> dict:
     """One training run through cpuddp's launcher and training step."""
-    info = environment(config, patch)
+    view = TrainView.pick(config)  # the bench's config, typed once
+    info = environment(view, patch)
     work.mkdir(parents=True)
     (work / "train.json").write_text(json.dumps(config))
     (work / "env.json").write_text(json.dumps(info))
@@ -109,7 +112,7 @@ def train(config: dict, data: Path, work: Path, patch: dict | None = None) -> di
                "--log-dir", str(work / "logs")]
     try:
         with output_to(work / "launcher.log"):  # oneCCL's own messages go to the launcher's stderr
-            job.run(config, info, program, work / "logs", quiet=False)
+            job.run(view.distributed, info, program, work / "logs", quiet=False)
     except UserError as err:
         return {"error": f"{err} (launcher output: {work / 'launcher.log'})"}
     metrics = read_json(work / "train_metrics.json")

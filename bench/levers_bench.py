@@ -51,8 +51,9 @@ def measure(out: Path, data: Path, name: str, config: dict, accuracy: bool) -> d
               "wait": metrics["allreduce_wait_share"], "final_loss": metrics["final_loss"]}
     if accuracy:
         from workflow.scripts.infer.evaluate import evaluate
+        from workflow.scripts.settings.views import EvaluateView
 
-        ev, _ = evaluate({"task": "mrpc", "evaluation": config["evaluation"]}, str(out / "model"), str(data),
+        ev, _ = evaluate(EvaluateView.pick(config), str(out / "model"), str(data),
                          str(data), info["precision"])
         result["accuracy"] = ev["accuracy"]
     return result

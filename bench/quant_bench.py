@@ -41,6 +41,7 @@ from workflow.scripts.probes import hardware, versions
 from workflow.scripts.common.errors import UserError, run_cli
 from workflow.scripts.infer import gate, policy, quantize, runtime, speed, stacks
 from workflow.scripts.infer.shapes import SHAPE_MODES, bucket_lengths
+from workflow.scripts.settings.views import EvaluationSettings
 
 TARGET_INT8, TARGET_DEPLOY, TARGET_POINTS = 1.5, 1.2, 1.0
 OPENVINO = ("fp32_openvino", "int8")
@@ -88,8 +89,8 @@ def measure(models: dict, task, tokenized, raw, args, pad_id: int) -> dict:
           f"{min(args.latency_rows, len(split))} rows at batch 1", file=sys.stderr)
     measured = speed.throughput(models, rows, args.batch_size, pad_id, args.rounds)
     latencies = speed.latency(models, split, pad_id, args.latency_rows)
-    settings = {"batch_size": args.batch_size, "n_best_size": 20, "max_answer_length": 30,
-                "null_score_diff_threshold": 0.0}
+    settings = EvaluationSettings.of({"batch_size": args.batch_size, "n_best_size": 20, "max_answer_length": 30,
+                                      "null_score_diff_threshold": 0.0})
     result = {}
     for name, (model, autocast) in models.items():
         metrics = runtime.score(task, model, tokenized, raw, settings, pad_id, autocast)[0]

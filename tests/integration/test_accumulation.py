@@ -24,6 +24,7 @@ from workflow.scripts.data import load as data
 from workflow.scripts.data import tokenize as tokenize_data
 from workflow.scripts.launch import job
 from workflow.scripts.nodes import describe
+from workflow.scripts.settings.views import TrainView
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -78,12 +79,13 @@ def run_layout(tmp_path_factory, no_dropout_model):
         out = work / f"w{world}a{accumulation}g{global_batch}"
         out.mkdir()
         (out / "train.json").write_text(json.dumps(config))
-        info = describe.environment_record(config)
+        view = TrainView.pick(config)  # this launch's config, typed once
+        info = describe.environment_record(view.distributed, view.train)
         (out / "environment.json").write_text(json.dumps(info))
         program = [sys.executable, "-m", "workflow.scripts.train.rank", "--config", str(out / "train.json"),
                    "--environment", str(out / "environment.json"), "--data", str(work / "tok"), "--out", str(out),
                    "--log-dir", str(out / "logs")]
-        job.run(config, info, program, out / "logs", quiet=True)
+        job.run(view.distributed, info, program, out / "logs", quiet=True)
         metrics = json.loads((out / "train_metrics.json").read_text())
         return metrics, load_file(out / "model" / "model.safetensors")
 

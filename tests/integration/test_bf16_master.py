@@ -21,6 +21,7 @@ from safetensors.torch import load_file
 from helpers.ranks import single_rank
 from workflow.scripts.common.errors import Preempted
 from workflow.scripts.nodes import describe as environment
+from workflow.scripts.settings.views import EnvironmentView
 from workflow.scripts.train import checkpoint, loop
 from workflow.scripts.train import rank as train
 
@@ -30,7 +31,9 @@ STOP_AFTER = 5  # updates; 48 pairs x 2 epochs at batch 8: 12 updates
 def args_for(config: dict, data_dir, work) -> list[str]:
     config = {**config, "train": {**config["train"], "precision": "bf16_master", "epochs": 2, "batch_size": 8,
                                   "checkpoint_every": 4, "log_every": 1, "keep_checkpoints": 5}}
-    info = {**environment.describe(config, launcher=False), "precision": "bf16_master", "ipex": False}
+    view = EnvironmentView.pick(config)
+    info = {**environment.describe(view.distributed, view.train, launcher=False), "precision": "bf16_master",
+            "ipex": False}
     work.mkdir(exist_ok=True)
     (work / "config.json").write_text(json.dumps(config))
     (work / "environment.json").write_text(json.dumps(info))

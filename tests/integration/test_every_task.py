@@ -20,6 +20,7 @@ from helpers.workflow import snakemake, task_experiment, write_config
 from workflow.scripts.settings import config as cfg
 from workflow.scripts.data import load as data, tokenize as tokenize_data
 from workflow.scripts.nodes import describe as environment
+from workflow.scripts.settings.views import EnvironmentView
 from workflow.scripts.infer import evaluate
 from workflow.scripts.common import tasks
 from workflow.scripts.train import rank as train
@@ -58,7 +59,8 @@ def test_task_end_to_end(task, tmp_path, tiny_model_dir, monkeypatch):
     config = cfg.validate(task_experiment(task, tiny_model_dir, write_native(task, tmp_path / "files", N_TRAIN, N_DEV)))
     meta = tasks.get_task(task)
     conf = dump(tmp_path / "config.json", config)
-    info = dump(tmp_path / "environment.json", environment.describe(config, launcher=False))
+    view = EnvironmentView.pick(config)
+    info = dump(tmp_path / "environment.json", environment.describe(view.distributed, view.train, launcher=False))
 
     data.main(["--config", conf, "--out", str(tmp_path / "raw")])
     raw = datasets.load_from_disk(str(tmp_path / "raw"))

@@ -13,6 +13,7 @@ import pytest
 
 from workflow.scripts.settings import config as cfg
 from workflow.scripts.nodes import describe as environment
+from workflow.scripts.settings.views import EnvironmentView
 from workflow.scripts.probes import intel, oneccl
 from helpers.ipex import needs_ipex
 from helpers.messages import one_line
@@ -102,9 +103,9 @@ def test_environment_check_refuses_a_mismatch_before_importing(monkeypatch):
     monkeypatch.setattr(environment, "versions", lambda: {
         "python": "3.11", "torch": "2.13.0", intel.IPEX_MODULE: "2.8.0", intel.CCL_PACKAGE: None})
     monkeypatch.setattr(intel, "_import_ipex", lambda: pytest.fail("IPEX imported before the pairing check"))
-    config = {"distributed": {"backend": "auto"}, "train": {"precision": "fp32", "ipex": "auto"}}
+    config = EnvironmentView.of({"distributed": {"backend": "auto"}, "train": {"precision": "fp32", "ipex": "auto"}})
     with pytest.raises(UserError, match="needs torch 2.8.*, but torch 2.13.0 is installed"):
-        environment.describe(config)
+        environment.describe(config.distributed, config.train)
 
 
 def test_every_rank_checks_its_own_node(monkeypatch):

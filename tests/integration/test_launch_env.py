@@ -14,6 +14,7 @@ from workflow.scripts.launch import __main__ as launch_cli
 from workflow.scripts.launch import command as launch
 from workflow.scripts.launch import hosts
 from workflow.scripts.common.errors import UserError
+from workflow.scripts.settings.views import DistributedSettings, EnvironmentView
 
 def test_master_addr():
     assert launch.master_addr(None) == "127.0.0.1"
@@ -62,7 +63,7 @@ def test_build_with_hostfile(tmp_path):
                            "distributed": {"hostfile": str(hostfile), "nodes": 2, "processes_per_node": 3,
                                            "launcher_args": ["-iface", "eth1"]}})
     info = {**INFO, "mpi": {"flavour": "mpich", "mpirun": "/x/mpirun"}}
-    argv = launch.build(config, info, ["prog"], tmp_path)
+    argv = launch.build(DistributedSettings.of(config["distributed"]), info, ["prog"], tmp_path)
     # the launcher gets its own hostfile: the first `nodes` hosts, ppn slots each
     assert argv[:7] == ["/x/mpirun", "-n", "6", "-ppn", "3", "-f", str(tmp_path / "hostfile")]
     assert (tmp_path / "hostfile").read_text() == "localhost:3\nlocalhost:3\n"
@@ -104,14 +105,15 @@ def test_build_srun_passes_the_environment_through_srun(monkeypatch):
                                            "threads_per_process": 4, "env": {"A": "b c"}}})
     info = {**INFO, "threads_per_process": 4, "mpi": {"flavour": "slurm"}}
     monkeypatch.delenv("SLURM_STEP_ID", raising=False)
-    argv = launch.build(config, info, ["prog"])
+    dist = DistributedSettings.of(config["distributed"])
+    argv = launch.build(dist, info, ["prog"])
     assert argv[0] == "srun" and "--ntasks=4" in argv and argv[-1] == "prog"
-    env = launch.launch_env(config, info)
+    env = launch.launch_env(dist, info)
     assert env["OMP_NUM_THREADS"] == "4" and env["A"] == "b c" and env["MASTER_ADDR"]
     # one rank inside Snakemake's own job step: no second srun
     monkeypatch.setenv("SLURM_STEP_ID", "0")
     single = cfg.validate({**config, "distributed": {**config["distributed"], "nodes": 1, "processes_per_node": 1}})
-    assert launch.build(single, info, ["prog"]) == ["prog"]
+    assert launch.build(DistributedSettings.of(single["distributed"]), info, ["prog"]) == ["prog"]
 
 
 def test_min_nodes_under_slurm_keeps_the_allocation_and_warns(capsys):
@@ -120,7 +122,7 @@ def test_min_nodes_under_slurm_keeps_the_allocation_and_warns(capsys):
     config = cfg.validate({"experiment": "x", "task": "mrpc", "model": "m",
                            "distributed": {"launcher": "srun", "nodes": 2, "min_nodes": 1,
                                            "threads_per_process": 1}})
-    assert hosts.for_retry(config) == (None, [])
+    assert hosts.for_retry(DistributedSettings.of(config["distributed"])) == (None, [])
     assert "distributed.min_nodes does not apply under Slurm" in capsys.readouterr().err
 
 
@@ -142,7 +144,8 @@ def run_files(tmp_path, mpi_path, monkeypatch):
                            "train": {"precision": "fp32"},
                            "distributed": {"backend": "gloo", "processes_per_node": 2, "threads_per_process": 3,
                                            "env": {"EVIL": evil}}})
-    info = environment.describe(config)
+    view = EnvironmentView.pick(config)
+    info = environment.describe(view.distributed, view.train)
     config_path, env_path = tmp_path / "config.json", tmp_path / "environment.json"
     config_path.write_text(json.dumps(config))
     env_path.write_text(json.dumps(info))

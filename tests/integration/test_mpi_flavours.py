@@ -25,6 +25,7 @@ from workflow.scripts.settings import config as cfg
 from workflow.scripts.launch import __main__ as launch_cli
 from workflow.scripts.launch import mpi, pin
 from workflow.scripts.nodes import check
+from workflow.scripts.settings.views import EnvironmentView
 
 DEBIAN = {"mpich": "/usr/bin/mpirun.mpich", "openmpi": "/usr/bin/mpirun.openmpi"}
 FLAVOURS = ["intel", *(pytest.param(f, marks=pytest.mark.cluster) for f in DEBIAN)]  # Debian's: make ci-deps
@@ -69,7 +70,7 @@ def test_two_ranks_pinned_with_their_environment(flavour, tmp_path, monkeypatch)
     config = cfg.validate({"experiment": "t", "task": "mrpc", "model": "m", "train": {"precision": "fp32"},
                            "distributed": {"backend": "gloo", "mpi": requested(flavour), "processes_per_node": 2,
                                            "threads_per_process": 1, "env": {"EVIL": evil}}})
-    info = check.check(config, 60)
+    info = check.check(EnvironmentView.pick(config), 60)
     assert info["mpi"]["flavour"] == flavour
     config_path, env_path, out = tmp_path / "config.json", tmp_path / "environment.json", tmp_path / "ranks"
     config_path.write_text(json.dumps(config))

@@ -30,6 +30,7 @@ from helpers.faults import RUN, long_experiment
 from helpers.workflow import BIN, REPO
 from workflow.scripts.settings import config as cfg
 from workflow.scripts.nodes import describe as environment
+from workflow.scripts.settings.views import EnvironmentView
 
 ENV = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": str(REPO),
        "HF_HUB_OFFLINE": "1"}
@@ -76,7 +77,8 @@ def write_launch(work: Path, distributed: dict) -> list[str]:
                                            "exit_grace_seconds": 2, **distributed}})
     local = {**config, "distributed": {**config["distributed"], "hostfile": None, "nodes": 1,
                                        "launcher_args": []}}
-    info = environment.describe(local)
+    view = EnvironmentView.pick(local)
+    info = environment.describe(view.distributed, view.train)
     hosts = [h.strip() for h in Path(distributed["hostfile"]).read_text().split()] if "hostfile" in distributed \
         else [socket.gethostname()]
     info["node_reports"] = [{"node": host} for host in hosts]  # as the check saw them

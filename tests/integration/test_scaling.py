@@ -35,6 +35,7 @@ import pytest
 from helpers.workflow import BIN, REPO
 from workflow.scripts.settings import config as cfg
 from workflow.scripts.nodes import describe
+from workflow.scripts.settings.views import EnvironmentView
 from workflow.scripts.plan.scaling_model import Levers, Network, Profile, allreduce_seconds, fit_network, predict
 
 sys.path.insert(0, str(REPO / "tests" / "netns"))
@@ -135,7 +136,8 @@ def run_config(cluster, base: dict, nodes: int) -> tuple[Path, Path]:
     config = json.loads(json.dumps(base))
     config["distributed"].update(hostfile=str(folder / "hostfile"), nodes=nodes, launcher_args=[
         "-bootstrap", "ssh", "-bootstrap-exec", str(ENTER), "-iface", netns.IFACE])
-    info = describe.environment_record(config)
+    view = EnvironmentView.pick(config)
+    info = describe.environment_record(view.distributed, view.train)
     info.update(gloo_ifname=netns.IFACE, nodes=nodes, world_size=nodes)
     (folder / "train.json").write_text(json.dumps(config))
     (folder / "environment.json").write_text(json.dumps(info))

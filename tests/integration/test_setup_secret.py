@@ -12,6 +12,7 @@ import pytest
 from workflow.scripts.settings import config as cfg
 from workflow.scripts.launch import command, mpi, reach
 from workflow.scripts.nodes import setup
+from workflow.scripts.settings.views import DistributedSettings, EnvironmentView
 
 SECRET = "http://127.0.0.1:1/0123456789abcdef-secret"
 
@@ -31,13 +32,13 @@ def test_setup_gives_the_url_to_the_launchers_environment_only(monkeypatch, tmp_
                            "distributed": {"hostfile": str(hostfile)}})
     seen = {}
 
-    def reach_each(config, launcher, hosts, program, timeout, env, kind, secret):
+    def reach_each(dist, launcher, hosts, program, timeout, env, kind, secret):
         seen.update(program=program, env=env, secret=secret)
         return [{"rank": 0, "written": 0, "make": 0}], []
 
     monkeypatch.setattr(setup, "reach_each", reach_each)
     monkeypatch.setattr(mpi, "detect_launcher", lambda dist: {"mpirun": "mpirun", "flavour": "intel"})
-    setup.setup(config, 10)
+    setup.setup(EnvironmentView.pick(config), 10)
     url = seen["secret"]["CPUDDP_SETUP_URL"]
     assert url.startswith("http://") and len(url.rsplit("/", 1)[1]) == 32  # the token
     assert url not in json.dumps(seen["program"]) and url not in json.dumps(seen["env"])
@@ -62,10 +63,11 @@ print("CPUDDP-LOOK " + json.dumps({"rank": 0, "in_argv": found, "got": os.enviro
 
 def test_no_command_line_of_the_launch_holds_the_secret():
     config = cfg.validate({"experiment": "x", "task": "mrpc", "model": "a/b"})
-    launcher = mpi.detect_launcher(config["distributed"])
+    dist = DistributedSettings.of(config["distributed"])
+    launcher = mpi.detect_launcher(dist)
     needle = SECRET.rsplit("/", 1)[1]  # given reversed, so that only the secret itself can match
     program = [sys.executable, "-c", LOOK.replace('os.environ["SECRET_NEEDLE"]', 'os.environ["SECRET_NEEDLE"][::-1]')]
-    reports, problems = reach.reach_each(config, launcher, None, program, 120, {"SECRET_NEEDLE": needle[::-1]},
+    reports, problems = reach.reach_each(dist, launcher, None, program, 120, {"SECRET_NEEDLE": needle[::-1]},
                                          kind="LOOK", secret={"CPUDDP_SETUP_URL": SECRET})
     assert not problems, problems
     assert reports[0]["got"] == SECRET  # it arrived

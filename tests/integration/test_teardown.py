@@ -7,6 +7,7 @@ CPUDDP_TEARDOWN_RUNS sets how many trainings the stress test runs in a row
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import socket
@@ -28,6 +29,7 @@ from workflow.scripts.launch import job, supervise
 from workflow.scripts.train import loop, process_group
 from workflow.scripts.train import rank as train
 from workflow.scripts.common.errors import UserError
+from workflow.scripts.settings.views import DistributedSettings, EnvironmentView, TrainSettings
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -54,7 +56,8 @@ def ddp_alive_at_destroy(monkeypatch):
 def train_args(config: dict, data_dir: Path, work: Path) -> list[str]:
     conf, info = work / "config.json", work / "environment.json"
     conf.write_text(json.dumps(config))
-    info.write_text(json.dumps(environment.describe(config, launcher=False)))
+    view = EnvironmentView.pick(config)
+    info.write_text(json.dumps(environment.describe(view.distributed, view.train, launcher=False)))
     return ["--config", str(conf), "--environment", str(info), "--data", str(data_dir),
             "--out", str(work / "run"), "--log-dir", str(work / "logs")]
 
@@ -112,14 +115,15 @@ def stuck_launch(tmp_path, monkeypatch):
     config = cfg.validate({"experiment": "t", "task": "mrpc", "model": "m", "train": {"precision": "fp32"},
                            "distributed": {"backend": "gloo", "processes_per_node": 2, "threads_per_process": 1,
                                            "exit_grace_seconds": 2}})
-    info = environment.describe(config)
+    view = EnvironmentView.pick(config)
+    info = environment.describe(view.distributed, view.train)
     program = tmp_path / "rank.py"
     program.write_text(STUCK_RANK)
     log_dir = tmp_path / "logs"
 
     def run(where: str) -> float:
         started = time.monotonic()
-        job.run(config, info, [sys.executable, str(program), str(log_dir), where], log_dir)
+        job.run(view.distributed, info, [sys.executable, str(program), str(log_dir), where], log_dir)
         return time.monotonic() - started
 
     return run, log_dir
@@ -178,7 +182,8 @@ def test_two_rank_trainings_always_end(backend, tokenized, tmp_path, monkeypatch
     conf, info = tmp_path / "config.json", tmp_path / "environment.json"
     conf.write_text(json.dumps(config))
     # Described as gloo, then switched: this process must not import the stand-in.
-    described = environment.describe({**config, "distributed": {**config["distributed"], "backend": "gloo"}})
+    dist, train = DistributedSettings.of(config["distributed"]), TrainSettings.of(config["train"])
+    described = environment.describe(dataclasses.replace(dist, backend="gloo"), train)
     described["backend"] = backend
     info.write_text(json.dumps(described))
     seconds = []
@@ -187,9 +192,9 @@ def test_two_rank_trainings_always_end(backend, tokenized, tmp_path, monkeypatch
         program = [sys.executable, "-m", "workflow.scripts.train.rank", "--config", str(conf), "--environment",
                    str(info), "--data", str(data_dir), "--out", str(work), "--log-dir", str(work / "logs")]
         started = time.monotonic()
-        command = launch.build(config, described, program, tmp_path)
-        outcome = supervise.run(command, launch.launch_env(config, described), work / "logs", 2,
-                                config["distributed"]["exit_grace_seconds"], quiet=True)
+        command = launch.build(dist, described, program, tmp_path)
+        outcome = supervise.run(command, launch.launch_env(dist, described), work / "logs", 2,
+                                dist.exit_grace_seconds, quiet=True)
         seconds.append(time.monotonic() - started)
         code, stuck = outcome.code, outcome.stuck
         assert (code, stuck) == (0, []), f"run {attempt + 1}: exit code {code}, stopped ranks {stuck}"

@@ -13,6 +13,7 @@ import pytest
 from workflow.scripts.settings import config as cfg
 from workflow.scripts.common.errors import UserError
 from workflow.scripts.launch import attempt, guard, job, verdict
+from workflow.scripts.settings.views import DistributedSettings
 
 
 def test_a_second_try_waits_then_names_the_holder(tmp_path):
@@ -71,9 +72,10 @@ def test_the_line_for_ranks_that_never_started_names_their_node():
 def test_ranks_are_placed_ppn_in_a_row_on_each_host():
     config = cfg.validate({"experiment": "t", "task": "mrpc", "model": "m",
                            "distributed": {"processes_per_node": 2, "threads_per_process": 1}})
-    assert job.rank_hosts(config, {}, ["a", "b"]) == ["a", "a", "b", "b"]
-    assert job.rank_hosts(config, {"processes_per_node": 1}, ["a", "b"]) == ["a", "b"]
-    assert job.rank_hosts(config, {}, None) == [socket.gethostname()] * 2
+    dist = DistributedSettings.of(config["distributed"])
+    assert job.rank_hosts(dist, {}, ["a", "b"]) == ["a", "a", "b", "b"]
+    assert job.rank_hosts(dist, {"processes_per_node": 1}, ["a", "b"]) == ["a", "b"]
+    assert job.rank_hosts(dist, {}, None) == [socket.gethostname()] * 2
     assert config["distributed"]["start_timeout"] == 300
 
 

@@ -15,6 +15,7 @@ from helpers.fake_ccl import fake_ccl_package
 from workflow.scripts.probes import oneccl
 from workflow.scripts.launch import ccl
 from workflow.scripts.launch import command as launch
+from workflow.scripts.settings.views import DistributedSettings
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD = REPO / "envs" / "torch-ccl" / "build.py"
@@ -66,9 +67,9 @@ def test_rank_env_sets_ccl_and_the_users_env_wins(tmp_path, monkeypatch):
 
 
 def test_hydra_gets_the_interface_in_its_own_environment():
-    config = {"distributed": {"env": {}}}
+    config = DistributedSettings.of({"env": {}})
     assert launch.launch_env(config, info())["I_MPI_HYDRA_IFACE"] == "lo"
-    mine = {"distributed": {"env": {"I_MPI_HYDRA_IFACE": "ib0"}}}
+    mine = DistributedSettings.of({"env": {"I_MPI_HYDRA_IFACE": "ib0"}})
     assert launch.launch_env(mine, info())["I_MPI_HYDRA_IFACE"] == "ib0"
     assert ccl.launcher_variables(info(backend="gloo"), {}) == {}
 

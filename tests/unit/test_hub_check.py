@@ -13,6 +13,7 @@ import pytest
 from workflow.scripts.common.tasks import get_task
 from workflow.scripts.data import hub_check, load
 from workflow.scripts.data.errors import HubUnavailableError
+from workflow.scripts.settings.views import DataView
 
 
 @pytest.fixture
@@ -36,7 +37,7 @@ def no_dns(monkeypatch):
 def test_default_config_offline_fails_at_once_in_one_line(no_dns):
     started = time.monotonic()
     with pytest.raises(HubUnavailableError) as err:
-        load.load({"task": "mrpc", "data": None})
+        load.load(DataView.of({"task": "mrpc", "data": None}))
     message = str(err.value)
     assert time.monotonic() - started < 1 and no_dns == ["huggingface.co"]
     assert "\n" not in message

@@ -15,6 +15,7 @@ import pytest
 from workflow.scripts.common.errors import UserError
 from workflow.scripts.launch import lease, resources
 from workflow.scripts.nodes import check
+from workflow.scripts.settings.views import DistributedSettings, EnvironmentView
 
 HOSTS = ["a", "b", "c"]
 
@@ -56,7 +57,7 @@ def test_another_hosts_entry_is_never_taken_over(tmp_path):
     (tmp_path / "hostfile").write_text("a\n")
     (tmp_path / "leases.json").write_text(json.dumps({"a": gone_entry("elsewhere")}))
     assert lease.try_acquire(tmp_path, ["a"], 1, "new") is None
-    config = {"distributed": {"hostfile": str(tmp_path / "hostfile"), "nodes": 1, "lease_dir": str(tmp_path)}}
+    config = DistributedSettings.of({"hostfile": str(tmp_path / "hostfile"), "nodes": 1, "lease_dir": str(tmp_path)})
     with pytest.raises(UserError) as err, lease.held(config, "/new/run", "training", wait=0):
         pass
     message = str(err.value)
@@ -72,17 +73,17 @@ def test_the_folder_is_next_to_the_hostfile_whatever_the_working_directory(tmp_p
     (tmp_path / "checkout1").mkdir()
     (tmp_path / "checkout1" / "hostfile").symlink_to(shared / "hostfile")
     monkeypatch.chdir(tmp_path / "checkout1")
-    config = {"distributed": {"hostfile": "hostfile", "nodes": 1}}
+    config = DistributedSettings.of({"hostfile": "hostfile", "nodes": 1})
     assert lease.folder(config) == shared / ".cpuddp-leases"
     with lease.held(config, "/c1/run", "training") as one:
         monkeypatch.chdir(tmp_path)
-        with lease.held({"distributed": {"hostfile": str(shared / "hostfile"), "nodes": 1}}, "/c2/run",
+        with lease.held(DistributedSettings.of({"hostfile": str(shared / "hostfile"), "nodes": 1}), "/c2/run",
                         "training") as two:
             assert {*one, *two} == {"a", "b"}  # the second checkout sees the first one's lease
-    assert lease.folder({"distributed": {"hostfile": "hostfile", "lease_dir": "/var/leases"}}).as_posix() == \
+    assert lease.folder(DistributedSettings.of({"hostfile": "hostfile", "lease_dir": "/var/leases"})).as_posix() == \
         "/var/leases"
     with pytest.raises(UserError, match="give an absolute path"):
-        lease.folder({"distributed": {"hostfile": "hostfile", "lease_dir": "leases"}})
+        lease.folder(DistributedSettings.of({"hostfile": "hostfile", "lease_dir": "leases"}))
 
 
 def test_a_read_only_hostfile_folder_is_one_clear_line(tmp_path, monkeypatch):
@@ -93,7 +94,7 @@ def test_a_read_only_hostfile_folder_is_one_clear_line(tmp_path, monkeypatch):
 
     monkeypatch.setattr(Path, "touch", read_only)
     with pytest.raises(UserError) as err, \
-            lease.held({"distributed": {"hostfile": str(tmp_path / "hostfile"), "nodes": 1}}, "r", "training"):
+            lease.held(DistributedSettings.of({"hostfile": str(tmp_path / "hostfile"), "nodes": 1}), "r", "training"):
         pass
     assert str(err.value) == (f"cannot keep host leases in {tmp_path / '.cpuddp-leases'} (Read-only file system): "
                               "make that folder writable for every user who launches on these nodes, or set "
@@ -102,7 +103,7 @@ def test_a_read_only_hostfile_folder_is_one_clear_line(tmp_path, monkeypatch):
 
 def test_the_check_keeps_its_nodes_for_the_runs_training(tmp_path):
     (tmp_path / "hostfile").write_text("a\nb\nc\n")
-    config = {"distributed": {"hostfile": str(tmp_path / "hostfile"), "nodes": 1, "lease_dir": str(tmp_path)}}
+    config = DistributedSettings.of({"hostfile": str(tmp_path / "hostfile"), "nodes": 1, "lease_dir": str(tmp_path)})
     with lease.held(config, "/r1", "environment check", keep_when="done") as checked:
         assert checked == ["a"]
     assert entries(tmp_path)["a"]["kept"]
@@ -121,7 +122,7 @@ def test_a_reservation_never_makes_a_launch_wait(tmp_path):
     starts takes them when too few nodes are free, and that run's training
     then gets other nodes."""
     (tmp_path / "hostfile").write_text("a\nb\n")
-    config = {"distributed": {"hostfile": str(tmp_path / "hostfile"), "nodes": 2, "lease_dir": str(tmp_path)}}
+    config = DistributedSettings.of({"hostfile": str(tmp_path / "hostfile"), "nodes": 2, "lease_dir": str(tmp_path)})
     with lease.held(config, "/r1", "environment check", keep_when="done"):
         pass
     with lease.held(config, "/r2", "training", wait=0) as taken:
@@ -136,8 +137,9 @@ def test_a_training_checks_only_nodes_environment_json_does_not_describe(monkeyp
     info = {"node_reports": [{"node": "a"}, {"node": "b"}], "versions": {"torch": "2.8.0"}, "revision": "r1",
             "backend": "gloo", "ipex": False, "precision": "fp32", "threads_per_process": 2}
     monkeypatch.setattr(check, "check", lambda *a, **k: pytest.fail("checked nodes the check saw"))
-    assert check.confirm({"distributed": {"hostfile": "h", "nodes": 2}}, info, ["b", "a"]) == []
-    assert check.confirm({"distributed": {"hostfile": "h", "nodes": 1}}, info, ["a"]) == []  # a retry on fewer
+    two, one = (EnvironmentView.of({"distributed": {"hostfile": "h", "nodes": n}}) for n in (2, 1))
+    assert check.confirm(two, info, ["b", "a"]) == []
+    assert check.confirm(one, info, ["a"]) == []  # a retry on fewer
     fresh = {**info, "versions": {"torch": "2.9.0"}, "precision": "bf16", "revision": "r2"}
     assert check.differences(info, fresh, "c", "r1") == [
         "torch 2.9.0 on c but 2.8.0 in environment.json", "workflow revision r2 on c but r1 on this launch node",
@@ -147,9 +149,9 @@ def test_a_training_checks_only_nodes_environment_json_does_not_describe(monkeyp
     monkeypatch.setattr(check, "check", lambda config, timeout, hosts: fresh)
     with pytest.raises(UserError, match=r"this try's nodes c are not those environment.json describes \(a, b\) "
                                         r"and differ: torch 2.9.0 on c"):
-        check.confirm({"distributed": {"hostfile": "h", "nodes": 2}}, info, ["a", "c"])
+        check.confirm(two, info, ["a", "c"])
     monkeypatch.setattr(check, "check", lambda config, timeout, hosts: info)
-    assert check.confirm({"distributed": {"hostfile": "h", "nodes": 2}}, info, ["a", "c"]) == ["c"]
+    assert check.confirm(two, info, ["a", "c"]) == ["c"]
 
 
 def test_a_training_on_the_nodes_environment_json_describes_checks_nothing(tmp_path):
@@ -161,14 +163,14 @@ def test_a_training_on_the_nodes_environment_json_describes_checks_nothing(tmp_p
 def test_held_through_the_config(tmp_path):
     hostfile = tmp_path / "hostfile"
     hostfile.write_text("a\nb\n")
-    config = {"distributed": {"hostfile": str(hostfile), "nodes": 1}}
+    config = DistributedSettings.of({"hostfile": str(hostfile), "nodes": 1})
     with lease.held(config, "/r1", "training") as one, lease.held(config, "/r2", "training") as two:
         assert {*one, *two} == {"a", "b"}
         with pytest.raises(UserError, match="no 1 free nodes") as err, \
                 lease.held(config, "/r3", "training", wait=0):
             pass
         assert f"by pid {os.getpid()} on host {lease.HOST}, run /r1" in str(err.value)
-    with lease.held({"distributed": {"hostfile": None, "nodes": 1}}, "/local", "training") as none:
+    with lease.held(DistributedSettings.of({"hostfile": None, "nodes": 1}), "/local", "training") as none:
         assert none is None  # one machine: nothing to lease
 
 
@@ -177,7 +179,8 @@ def test_how_many_runs_at_once():
     assert resources.at_once([2, 1, 4], 4) == 2
     assert resources.at_once([4], 2) == 1
     xeon = {"launcher": "mpirun", "hostfile": "hostfile"}
-    assert "4 runs; up to 2 at once on disjoint nodes of the hostfile's 2" in resources.packing(xeon, [1] * 4, 2)
-    assert "each its own Slurm job" in resources.packing({"launcher": "srun"}, [1, 2], None)
-    assert "one at a time" in resources.packing({"launcher": "mpirun", "hostfile": None}, [1, 1], None)
-    assert not resources.mpi_job({**xeon, "nodes": 1, "processes_per_node": 1})  # holds `nodes` instead
+    of = DistributedSettings.of
+    assert "4 runs; up to 2 at once on disjoint nodes of the hostfile's 2" in resources.packing(of(xeon), [1] * 4, 2)
+    assert "each its own Slurm job" in resources.packing(of({"launcher": "srun"}), [1, 2], None)
+    assert "one at a time" in resources.packing(of({"launcher": "mpirun", "hostfile": None}), [1, 1], None)
+    assert not resources.mpi_job(of({**xeon, "nodes": 1, "processes_per_node": 1}))  # holds `nodes` instead

@@ -17,6 +17,7 @@ import pytest
 from workflow.scripts.probes import precision
 from workflow.scripts.settings.config import validate
 from workflow.scripts.nodes import check, describe
+from workflow.scripts.settings.views import EnvironmentView
 
 XEON_NO_AMX = [(317.0, 161.0), (313.0, 166.0)]
 EPYC = [(16.2, 30.4), (10.5, 23.2), (30.1, 67.3), (10.4, 23.3), (18.9, 65.2), (20.6, 39.0)]
@@ -79,7 +80,8 @@ def test_check_passes_nodes_that_chose_apart_and_records_one_precision(first_cho
     named = [reported("xeon-01", 100.0, 104.0, first_chose), reported("xeon-02", 100.0, 98.0, other)]
     assert check.disagreements(named) == []
     config = validate({"experiment": "x", "task": "mrpc", "model": "m", "train": {"precision": "auto"}})
-    info = describe.combine(config, named, None)
+    view = EnvironmentView.pick(config)
+    info = describe.combine(view.distributed, view.train, named, None)
     assert info["precision"] == "fp32" and "xeon-02" in info["precision_reason"]
     assert [n["matmul"]["bf16_gflops"] for n in info["node_reports"]] == [104.0, 98.0]
 

@@ -86,10 +86,12 @@ def test_auto_picks_by_the_stated_rule_and_settings_win():
     assert chosen == levers.Levers("fast", 16, "eager", "rows", "first_token", "reuse", "fp32", "drop", "shm",
                                    "one_pass", "hash")
     assert "auto" in why["dropout"]
-    across, why = levers.choose(None, levers.Context(nodes=3))  # the plan models the dense all-reduce across nodes
+    # the plan models the dense all-reduce across nodes
+    across, why = levers.choose(levers.Levers(), levers.Context(nodes=3))
     assert across.embedding_allreduce == "dense" and "plan" in why["embedding_allreduce"]
-    assert levers.choose({"embedding_allreduce": "rows"}, levers.Context(nodes=3))[0].embedding_allreduce == "rows"
-    assert levers.choose({}, levers.Context(compression="bf16"))[0].embedding_allreduce == "dense"
+    rows = levers.Levers.of({"embedding_allreduce": "rows"})
+    assert levers.choose(rows, levers.Context(nodes=3))[0].embedding_allreduce == "rows"
+    assert levers.choose(levers.Levers(), levers.Context(compression="bf16"))[0].embedding_allreduce == "dense"
     off = levers.Levers("torch", 32, "sdpa", "dense", "all", "torch", "torch", "keep", "backend", "torch", "stored")
     assert levers.choose(levers.all_off())[0] == off
     exact = levers.exact_only()  # the reference of the accuracy judge: inexact levers off, the rest auto

@@ -4,6 +4,7 @@ slice of every experiment loads as its view."""
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 from pathlib import Path
 
@@ -83,8 +84,8 @@ def test_pick_takes_the_views_part_of_a_whole_configuration():
                            "distributed": {"processes_per_node": 1}})
     view = views.EnvironmentView.pick(config)
     assert view.distributed.processes_per_node == 1 and view.train.precision == "auto"
-    assert views.distributed_of(config) == view.distributed == views.distributed_of(view)
-    assert views.train_of(config) == view.train
+    assert view.distributed == views.DistributedSettings.of(config["distributed"])
+    assert view.train == views.TrainSettings.of(config["train"])
 
 
 def test_the_data_view_of_a_whole_demo_configuration_leaves_out_the_generator():
@@ -92,3 +93,56 @@ def test_the_data_view_of_a_whole_demo_configuration_leaves_out_the_generator():
     assert "generate" in config["data"]
     view = views.DataView.pick(config)
     assert view.data.format == "glue_tsv" and view.data.train == config["data"]["train"]
+
+
+# Each entry point types the configuration once (settings/step.py, the
+# launcher's and the checks' main, the Snakefile's dist_of); nothing below
+# takes a mapping in place of a view, nor re-types one.
+VIEW_NAMES = {name for name, value in vars(views).items()
+              if isinstance(value, type) and issubclass(value, views.View)} | {"Levers"}
+RETYPING = {"distributed_of", "train_of"}
+CONVERTERS = {"of", "pick"}  # View.of / View.pick: where a mapping becomes a view
+
+
+def _names(annotation: ast.AST) -> set[str]:
+    if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):
+        annotation = ast.parse(annotation.value, mode="eval").body
+    return {n.id if isinstance(n, ast.Name) else n.attr for n in ast.walk(annotation)
+            if isinstance(n, (ast.Name, ast.Attribute))}
+
+
+def untyped_config(source: str, where: str) -> list[str]:
+    """Parameters annotated `SomeView | dict` and calls that re-type a
+    mapping, one line each."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name not in CONVERTERS:
+            arguments = node.args
+            for arg in [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs,
+                        *filter(None, (arguments.vararg, arguments.kwarg))]:
+                names = _names(arg.annotation) if arg.annotation else set()
+                if "dict" in names and names & VIEW_NAMES:
+                    found.append(f"{where}:{node.lineno} {node.name}({arg.arg}: {ast.unparse(arg.annotation)})")
+        elif isinstance(node, ast.Call):
+            name = getattr(node.func, "id", None) or getattr(node.func, "attr", None)
+            if name in RETYPING:
+                found.append(f"{where}:{node.lineno} calls {name}")
+    return found
+
+
+def test_no_function_takes_a_view_or_a_mapping():
+    found = []
+    for folder in ("workflow/scripts", "workflow/helpers", "bench"):
+        for path in sorted((REPO / folder).rglob("*.py")):
+            found += untyped_config(path.read_text(), str(path.relative_to(REPO)))
+    assert found == [], "type the configuration once, at the entry point: " + "; ".join(found)
+    assert not RETYPING & set(vars(views)), "settings/views.py re-types mappings again"
+
+
+def test_a_view_or_mapping_parameter_is_caught():
+    source = ("def f(config: TrainView | dict, dist: 'DistributedSettings | dict', ok: TrainView, other: dict):\n"
+              "    return distributed_of(config), views.train_of(config)\n"
+              "def of(value: Levers | dict | None):\n    return value\n")
+    assert untyped_config(source, "x.py") == [
+        "x.py:1 f(config: TrainView | dict)", "x.py:1 f(dist: 'DistributedSettings | dict')",
+        "x.py:2 calls distributed_of", "x.py:2 calls train_of"]

@@ -12,6 +12,7 @@ from workflow.helpers.plan_lines import brief_dry_run, experiment_line, run_line
 from workflow.helpers.snakemake_env import prepare_job_environment
 from workflow.scripts.settings import config as cfg
 from workflow.scripts.settings.hostfile import read_hostfile
+from workflow.scripts.settings.views import DistributedSettings
 from workflow.scripts.launch import resources
 
 prepare_job_environment(workflow.basedir)
@@ -22,6 +23,8 @@ except cfg.ConfigError as err:
     sys.exit(f"error: {err}")
 
 CONFIG, EXP, RESULTS, RUNS, FIRST_RUN = X.config, X.name, X.results, X.runs, X.first_run
+# Each run's distributed section, typed once (launch/resources.py reads it).
+DISTRIBUTED = {run: DistributedSettings.of(r["distributed"]) for run, r in RUNS.items()}
 # The rules that launch ranks on the nodes (Slurm submits only these).
 MPI_RULES = ("environment_check", "train_ddp", "setup_nodes")
 
@@ -35,8 +38,8 @@ def announce():
     side, each on nodes it leases at launch (launch/lease.py). Returns that
     count, the `nodes` of a step that holds the whole cluster (tuning, the
     plan's measurements, node set-up)."""
-    dist = CONFIG["distributed"]
-    count = len(read_hostfile(dist["hostfile"])) if resources.leasing(dist) else None
+    dist = DistributedSettings.of(CONFIG["distributed"])
+    count = len(read_hostfile(dist.hostfile)) if resources.leasing(dist) else None
     if count and "nodes" not in workflow.global_resources:  # --resources nodes=N wins
         workflow.register_resource("nodes", count)
     if workflow.is_main_process:
@@ -83,7 +86,7 @@ def tuned_layout(wildcards):
 
 
 def dist_of(wildcards):
-    return RUNS[wildcards.run]["distributed"]
+    return DISTRIBUTED[wildcards.run]
 
 
 def deploy_inputs(wildcards):

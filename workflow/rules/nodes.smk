@@ -16,7 +16,7 @@ rule environment_check:
     # agree on versions and workflow revision.
     resources:
         mpi=lambda wc: int(resources.check_holds_mpi(dist_of(wc))),
-        nodes=lambda wc: dist_of(wc)["nodes"],
+        nodes=lambda wc: dist_of(wc).nodes,
         tasks=lambda wc: resources.slurm_tasks(dist_of(wc), 1)["tasks"],
         cpus_per_task=1,
     params:

@@ -7,6 +7,8 @@ rule train_ddp:
         cfg="results/{experiment}/{run}/config/train.json",
         env="results/{experiment}/{run}/environment.json",
         data=run_tokens,
+        # evaluation during training of a QA task maps answers back into the contexts
+        raw=run_raw,
         # the model's local copy (a Hub id fetched once by data_fetch_model)
         model=run_model,
     output:
@@ -28,7 +30,7 @@ rule train_ddp:
     threads: machine_cores()
     resources:
         mpi=lambda wc: int(resources.mpi_job(dist_of(wc))),
-        nodes=lambda wc: dist_of(wc)["nodes"],
+        nodes=lambda wc: dist_of(wc).nodes,
         tasks=lambda wc: resources.slurm_tasks(dist_of(wc))["tasks"],
         tasks_per_node=lambda wc: resources.slurm_tasks(dist_of(wc))["tasks_per_node"],
         cpus_per_task=lambda wc: resources.slurm_cpus(dist_of(wc)),
@@ -48,7 +50,7 @@ rule train_ddp:
         " python -m workflow.scripts.launch --config {input.cfg:q} --environment {input.env:q}"
         " --log-dir {params.rank_logs:q} --try {resources.attempt} --tries {params.run_dir:q}/tries.json --"
         " python -m workflow.scripts.train.rank --config {input.cfg:q} --environment {input.env:q}"
-        " --data {input.data:q} --out {params.run_dir:q} --log-dir {params.rank_logs:q} 2>&1"
+        " --data {input.data:q} --raw {input.raw:q} --out {params.run_dir:q} --log-dir {params.rank_logs:q} 2>&1"
         " | (trap '' TERM; exec tee -a {params.all_tries:q} {log:q})"
 
 

@@ -15,9 +15,8 @@ from workflow.scripts.data.sources import load_hub, load_local
 datasets.disable_progress_bars()
 
 
-def load(config: DataView | dict):
+def load(config: DataView):
     """Local files when the config names them, else the Hub."""
-    config = DataView.pick(config)
     task = tasks.get_task(config.task)
     if config.data and getattr(config.data, "dataset", None):
         require_hub(task, f"dataset {config.data.dataset!r}")

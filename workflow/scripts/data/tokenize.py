@@ -26,9 +26,8 @@ def encode_pairs(task: tasks.Task, tokenizer, max_length: int):
     return encode
 
 
-def tokenize_split(task, tokenizer, split_name: str, split, train: TrainSettings | dict):
+def tokenize_split(task, tokenizer, split_name: str, split, train: TrainSettings):
     """One split; QA train and eval splits need different features (positions vs offsets)."""
-    train = TrainSettings.of(train)
     if not task.is_qa:
         encode = encode_pairs(task, tokenizer, train.max_seq_length)
     elif split_name == "train":
@@ -43,9 +42,8 @@ def tokenize_split(task, tokenizer, split_name: str, split, train: TrainSettings
     return tokenized
 
 
-def tokenize(config: TokenizeView | dict, raw: datasets.DatasetDict) -> datasets.DatasetDict:
+def tokenize(config: TokenizeView, raw: datasets.DatasetDict) -> datasets.DatasetDict:
     """Every split of the data step's output, with the run's tokenizer."""
-    config = TokenizeView.pick(config)
     task = tasks.for_data(config.task, next(iter(raw.values())).features)
     tokenizer = load_tokenizer(config.model, config.trust_remote_code)
     return datasets.DatasetDict({

@@ -23,10 +23,9 @@ from workflow.scripts.settings.views import EvaluateView
 from workflow.scripts.infer.runtime import latency_ms, load_eager, score
 
 
-def evaluate(config: EvaluateView | dict, model_dir: str, tokenized_dir: str, raw_dir: str, precision: str,
+def evaluate(config: EvaluateView, model_dir: str, tokenized_dir: str, raw_dir: str, precision: str,
              ipex: bool = False):
     """Metrics of every validation split, samples per second overall and batch-1 latency."""
-    config = EvaluateView.pick(config)
     tokenized = datasets.load_from_disk(tokenized_dir)
     task = tasks.for_data(config.task, next(iter(tokenized.values())).features, config.evaluation.metric)
     cpu = hardware.cpu_summary()

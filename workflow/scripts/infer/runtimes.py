@@ -110,10 +110,9 @@ def time_candidates(models: dict, variants: dict, split, batch_size: int, pad_id
     return entries
 
 
-def speed_gate(entries: dict, settings: QuantizationSettings | dict, int8_stack: str | None) -> str:
+def speed_gate(entries: dict, settings: QuantizationSettings, int8_stack: str | None) -> str:
     """Speedups over eager fp32; int8 over fp32 in the same runtime against
     quantization.min_speedup; the int8 verdict."""
-    settings = QuantizationSettings.of(settings)
     for name in ("fp32_openvino", "int8"):
         if name in entries:
             entries[name]["speedup_vs_eager"] = policy.speedup(entries[name], entries[EAGER])

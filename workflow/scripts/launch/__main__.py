@@ -25,7 +25,7 @@ from pathlib import Path
 from workflow.scripts.common import lifeline
 
 from workflow.scripts.settings import step
-from workflow.scripts.settings.views import TrainView, distributed_of
+from workflow.scripts.settings.views import DistributedSettings, TrainView
 from workflow.scripts.launch import attempt, hosts, job, lease, tries
 
 
@@ -39,28 +39,28 @@ def main(argv=None) -> None:
     parser.add_argument("program", nargs=argparse.REMAINDER, help="-- command for every rank")
     args = parser.parse_args(argv)
     program = args.program[1:] if args.program[:1] == ["--"] else args.program
-    config = step.read_view(args, TrainView)
+    dist = step.read_view(args, TrainView).distributed  # typed once: everything below takes it
     info = json.loads(Path(args.environment).read_text())
     # Packed runs (profiles/xeon, -j N): the nodes of the run's environment
     # check, or others checked now (launch/lease.py); kept for a next try.
     run = str(Path(args.environment).resolve().parent)
-    with one_try(args, config, program) as (log_dir, program, hold), \
-            lease.held(config, run, "training", keep_when="failed", prefer=lease.described(info)) as leased:
+    with one_try(args, dist, program) as (log_dir, program, hold), \
+            lease.held(dist, run, "training", keep_when="failed", prefer=lease.described(info)) as leased:
         if not args.tries:
             lease.check_new_nodes(args.config, args.environment, leased)
-            job.run(config, info, program, log_dir, hosts=leased)
+            job.run(dist, info, program, log_dir, hosts=leased)
             return
         with tries.recorded(args.tries, args.attempt, log_dir, {"log_dir": str(log_dir)}) as entry:
-            chosen, dropped = hosts.for_retry(config, leased) if args.attempt > 1 else (None, [])
+            chosen, dropped = hosts.for_retry(dist, leased) if args.attempt > 1 else (None, [])
             entry.update(hosts=chosen or leased, dropped=dropped)
             entry.update(checked_now=lease.check_new_nodes(args.config, args.environment, chosen or leased))
             if log_dir != args.log_dir:
-                attempt.link_newest(args.log_dir, log_dir, job.world_size(config, info, chosen or leased))
-            job.run(config, info, program, log_dir, hosts=chosen or leased, hold=hold)
+                attempt.link_newest(args.log_dir, log_dir, job.world_size(dist, info, chosen or leased))
+            job.run(dist, info, program, log_dir, hosts=chosen or leased, hold=hold)
 
 
 @contextmanager
-def one_try(args, config, program: list[str]):
+def one_try(args, dist: DistributedSettings, program: list[str]):
     """(log folder, ranks' command, fds the launch's guard holds) of this
     launch. A training try (--tries) first takes its run folder's lock, then
     a try-N folder of its own, which also gets the launcher's output
@@ -70,7 +70,7 @@ def one_try(args, config, program: list[str]):
     if not (args.tries and args.log_dir):
         yield args.log_dir, program, ()
         return
-    wait = attempt.lock_wait(distributed_of(config).exit_grace_seconds)
+    wait = attempt.lock_wait(dist.exit_grace_seconds)
     with attempt.locked(Path(args.tries).parent, wait) as record:
         folder = attempt.new_folder(args.log_dir)
         record(folder=str(folder))

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from workflow.scripts.common.errors import UserError
 from workflow.scripts.settings.hostfile import check_nodes
-from workflow.scripts.settings.views import DistributedSettings, distributed_of
+from workflow.scripts.settings.views import DistributedSettings
 from workflow.scripts.launch import ccl
 
 # Below Linux's ephemeral range (32768-60999): the kernel never hands these
@@ -151,11 +151,10 @@ def rank_env(info: dict, extra: dict, addr: str, port: int) -> dict:
     return env
 
 
-def ranks_argv(dist: DistributedSettings | dict, mpi: dict, hosts: list[str] | None, ppn: int, threads: int, env: dict,
+def ranks_argv(dist: DistributedSettings, mpi: dict, hosts: list[str] | None, ppn: int, threads: int, env: dict,
                program: list[str], workdir=None, passed: tuple[str, ...] = ()) -> list[str]:
     """`ppn` ranks of `threads` threads on each node: the hostfile's first
     `nodes` hosts (this machine without one), or Slurm's allocation."""
-    dist = distributed_of(dist)
     extra = dist.launcher_args
     if dist.launcher == "srun":
         return srun_argv(dist.nodes, ppn, threads, program, extra)
@@ -166,20 +165,19 @@ def ranks_argv(dist: DistributedSettings | dict, mpi: dict, hosts: list[str] | N
     return mpirun_argv(mpi["flavour"], mpi["mpirun"], nprocs, ppn, env, program, hostfile, extra, passed)
 
 
-def run_hosts(dist: DistributedSettings | dict) -> list[str] | None:
+def run_hosts(dist: DistributedSettings) -> list[str] | None:
     """The hosts a run uses (None: this machine, or Slurm's allocation)."""
-    dist = distributed_of(dist)
     if dist.launcher == "srun" or not dist.hostfile:
         return None
     return check_nodes(dist.hostfile, dist.nodes)
 
 
-def build(config, info: dict, program: list[str], workdir=None, hosts: list[str] | None = None) -> list[str]:
+def build(dist: DistributedSettings, info: dict, program: list[str], workdir=None,
+          hosts: list[str] | None = None) -> list[str]:
     """The whole launch command of a training run, every rank pinned to its
     cores (workdir receives the launcher's hostfile; `hosts` replaces the
     run's own, e.g. without a node that was lost)."""
-    dist = distributed_of(config)
-    threads, ppn = int(info["threads_per_process"]), ranks_per_node(config, info)
+    threads, ppn = int(info["threads_per_process"]), ranks_per_node(dist, info)
     if dist.launcher == "srun" and dist.nodes * ppn == 1 and "SLURM_STEP_ID" in os.environ:
         return program  # already the one rank's srun step: a nested srun would wait for its CPUs
     hosts = hosts or run_hosts(dist)
@@ -191,22 +189,21 @@ def build(config, info: dict, program: list[str], workdir=None, hosts: list[str]
     return ranks_argv(dist, info["mpi"], hosts, ppn, threads, env, program, workdir)
 
 
-def ranks_per_node(config, info: dict) -> int:
+def ranks_per_node(dist: DistributedSettings, info: dict) -> int:
     """As the environment check decided (a tuned layout may change it)."""
-    return int(info.get("processes_per_node") or distributed_of(config).processes_per_node)
+    return int(info.get("processes_per_node") or dist.processes_per_node)
 
 
-def per_node(config, mpi: dict, hosts: list[str] | None, program: list[str], env: dict,
+def per_node(dist: DistributedSettings, mpi: dict, hosts: list[str] | None, program: list[str], env: dict,
              workdir=None, passed: tuple[str, ...] = ()) -> list[str]:
     """One single-threaded rank on each node (the environment check, node
     set-up), with the launcher and options that train; `passed` as in mpirun_argv."""
-    return ranks_argv(distributed_of(config), mpi, hosts, 1, 1, base_env(1, env), program, workdir, passed)
+    return ranks_argv(dist, mpi, hosts, 1, 1, base_env(1, env), program, workdir, passed)
 
 
-def launch_env(config, info: dict) -> dict:
+def launch_env(dist: DistributedSettings, info: dict) -> dict:
     """The launcher's own environment; srun hands it to every rank. The batch
     script runs on the allocation's first node, where srun puts rank 0."""
-    dist = distributed_of(config)
     if dist.launcher != "srun":
         return {**os.environ, **ccl.launcher_variables(info, dist.env)}
     addr = master_addr([slurm_first_node()])

@@ -8,7 +8,7 @@ import sys
 
 from workflow.scripts.common.errors import UserError
 from workflow.scripts.settings.hostfile import read_hostfile
-from workflow.scripts.settings.views import distributed_of
+from workflow.scripts.settings.views import DistributedSettings
 from workflow.scripts.launch import mpi
 from workflow.scripts.launch.reach import reach_each
 
@@ -17,19 +17,17 @@ ANSWER = ("import json; from workflow.scripts.launch import ranks; "
           "print('CPUDDP-NODE ' + json.dumps({'rank': ranks.read().rank}), flush=True)")
 
 
-def reachable(config, timeout: float, pool: list[str] | None = None) -> tuple[list[str], list[str]]:
+def reachable(dist: DistributedSettings, timeout: float, pool: list[str] | None = None) -> tuple[list[str], list[str]]:
     """(hosts that answer, in hostfile order; what is wrong with the others)."""
-    dist = distributed_of(config)
     hosts = pool or read_hostfile(dist.hostfile)
-    reports, problems = reach_each(config, mpi.detect_launcher(dist), hosts, [sys.executable, "-c", ANSWER],
+    reports, problems = reach_each(dist, mpi.detect_launcher(dist), hosts, [sys.executable, "-c", ANSWER],
                                    timeout)
     return [hosts[r["rank"]] for r in reports], problems
 
 
-def for_retry(config, pool: list[str] | None = None) -> tuple[list[str] | None, list[str]]:
+def for_retry(dist: DistributedSettings, pool: list[str] | None = None) -> tuple[list[str] | None, list[str]]:
     """(hosts to run on, hosts dropped); (None, []) keeps the run's own.
     `pool`: the hosts this launch leased (packed runs), else the hostfile's."""
-    dist = distributed_of(config)
     min_nodes = dist.min_nodes or dist.nodes
     if dist.launcher == "srun":
         if min_nodes < dist.nodes:
@@ -41,7 +39,7 @@ def for_retry(config, pool: list[str] | None = None) -> tuple[list[str] | None, 
     candidates = pool or (read_hostfile(dist.hostfile) if dist.hostfile else [])
     if not dist.hostfile or min_nodes >= dist.nodes and len(candidates) <= dist.nodes:
         return None, []
-    alive, problems = reachable(config, dist.check_timeout_seconds, pool)
+    alive, problems = reachable(dist, dist.check_timeout_seconds, pool)
     wanted = candidates[:dist.nodes]
     if len(alive) < min_nodes:
         raise UserError(f"only {len(alive)} of the hostfile's nodes answer ({'; '.join(problems)}), fewer than "

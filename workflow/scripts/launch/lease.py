@@ -63,7 +63,7 @@ import psutil
 
 from workflow.scripts.common.errors import UserError
 from workflow.scripts.settings.hostfile import read_hostfile
-from workflow.scripts.settings.views import distributed_of
+from workflow.scripts.settings.views import DistributedSettings
 
 FOLDER = ".cpuddp-leases"
 WAIT_SECONDS = 600  # for free nodes: Snakemake's count makes waits rare (another checkout, a launch outside it)
@@ -71,17 +71,15 @@ LOCK_SECONDS = 60  # for the lock, held for a read and a write
 HOST = socket.gethostname()
 
 
-def leasing(dist) -> bool:
+def leasing(dist: DistributedSettings) -> bool:
     """Runs lease their nodes when mpirun starts them from a hostfile (under
     Slurm, Slurm places each job; without a hostfile there is one machine)."""
-    dist = distributed_of(dist)
     return dist.launcher != "srun" and bool(dist.hostfile)
 
 
-def folder(dist) -> Path:
+def folder(dist: DistributedSettings) -> Path:
     """The absolute lease folder of a run's hostfile: distributed.lease_dir,
     else `.cpuddp-leases/` next to the hostfile."""
-    dist = distributed_of(dist)
     if dist.lease_dir:
         path = Path(dist.lease_dir).expanduser()
         if not path.is_absolute():
@@ -268,14 +266,13 @@ def check_new_nodes(config_file: str, environment_file: str, hosts: list[str] | 
 
 
 @contextlib.contextmanager
-def held(config, run: str, role: str, keep_when: str = "never", wait: float = WAIT_SECONDS,
+def held(dist: DistributedSettings, run: str, role: str, keep_when: str = "never", wait: float = WAIT_SECONDS,
          lock_wait: float = LOCK_SECONDS, prefer: list[str] = ()):
     """The hosts `run` may use, leased for as long as the block runs (None
     without leasing: the run's own hosts, or Slurm's). keep_when: "done"
     (the environment check: kept for the run's training when the block
     ends well), "failed" (training: kept for the next try when it raises),
     or "never"."""
-    dist = distributed_of(config)
     if not leasing(dist):
         yield None
         return

@@ -13,7 +13,7 @@ import subprocess
 import sys
 
 from workflow.scripts.common.errors import UserError
-from workflow.scripts.settings.views import distributed_of
+from workflow.scripts.settings.views import DistributedSettings
 
 FLAVOURS = ("intel", "mpich", "openmpi")
 # Debian installs each MPI's launcher under its own name besides `mpirun`.
@@ -104,9 +104,8 @@ def detect_mpi(requested: str = "auto", mpirun: str | None = None) -> dict:
                     "set distributed.mpirun or set distributed.mpi: auto")
 
 
-def detect_launcher(dist) -> dict:
+def detect_launcher(dist: DistributedSettings) -> dict:
     """What starts the ranks: the mpirun of detect_mpi, or Slurm's srun."""
-    dist = distributed_of(dist)
     if dist.launcher != "srun":
         return detect_mpi(dist.mpi, dist.mpirun)
     srun = shutil.which("srun")

@@ -12,7 +12,7 @@ import signal
 import subprocess
 import tempfile
 
-from workflow.scripts.settings.views import distributed_of
+from workflow.scripts.settings.views import DistributedSettings
 from workflow.scripts.launch import command
 from workflow.scripts.common import lines
 
@@ -51,15 +51,15 @@ def parse_reports(text: str, kind: str = "NODE") -> dict[int, dict]:
     return {**found, **lines.read_reports(text, kind)}
 
 
-def launch_per_node(config, mpi, hosts, program, timeout, env=None, kind="NODE",
+def launch_per_node(dist: DistributedSettings, mpi, hosts, program, timeout, env=None, kind="NODE",
                     secret=None) -> tuple[dict, int | None, str]:
     """Reports by rank, the launcher's exit code (None: timed out) and its
     stderr. `secret` variables reach the ranks through the launcher's
     environment, named but not valued on its command line (`ps` shows that)."""
     secret = secret or {}
     with tempfile.TemporaryDirectory(prefix="cpuddp-nodes-") as workdir:
-        argv = command.per_node(config, mpi, hosts, program, env or {}, workdir, tuple(secret))
-        srun = distributed_of(config).launcher == "srun"
+        argv = command.per_node(dist, mpi, hosts, program, env or {}, workdir, tuple(secret))
+        srun = dist.launcher == "srun"
         launcher_env = {**os.environ, **command.base_env(1, env)} if srun else None
         if secret:
             launcher_env = {**(launcher_env or os.environ), **secret}
@@ -74,16 +74,16 @@ def tail(text: str, lines: int = 4) -> str:
     return " | ".join((telling or kept)[-lines:]) or "(nothing)"
 
 
-def reach_each(config, mpi, hosts, program, timeout, env=None, kind="NODE",
+def reach_each(dist: DistributedSettings, mpi, hosts, program, timeout, env=None, kind="NODE",
                secret=None) -> tuple[list[dict], list[str]]:
     """All nodes at once; when some do not answer, each of those alone (in
     parallel) to tell which node is at fault. Returns (reports, problems)."""
-    names = hosts or [f"node {i}" for i in range(distributed_of(config).nodes)]
-    found, code, err = launch_per_node(config, mpi, hosts, program, timeout, env, kind, secret)
+    names = hosts or [f"node {i}" for i in range(dist.nodes)]
+    found, code, err = launch_per_node(dist, mpi, hosts, program, timeout, env, kind, secret)
     failures = {i: (code, err) for i in range(len(names)) if i not in found}
     if failures and hosts and len(hosts) > 1:
         def alone(i):
-            return i, launch_per_node(config, mpi, [hosts[i]], program, timeout, env, kind, secret)
+            return i, launch_per_node(dist, mpi, [hosts[i]], program, timeout, env, kind, secret)
 
         with concurrent.futures.ThreadPoolExecutor(len(failures)) as pool:
             for i, (one, one_code, one_err) in list(pool.map(alone, list(failures))):

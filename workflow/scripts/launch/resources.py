@@ -5,10 +5,12 @@ allocation from the rest)."""
 
 from __future__ import annotations
 
+from workflow.scripts.settings.views import DistributedSettings
 
-def leasing(dist: dict) -> bool:
+
+def leasing(dist: DistributedSettings) -> bool:
     """Runs lease hostfile nodes (mpirun from a hostfile; Slurm places its own jobs)."""
-    return dist.get("launcher") != "srun" and bool(dist.get("hostfile"))
+    return dist.launcher != "srun" and bool(dist.hostfile)
 
 
 def at_once(run_nodes: list[int], hostfile_nodes: int) -> int:
@@ -22,10 +24,10 @@ def at_once(run_nodes: list[int], hostfile_nodes: int) -> int:
     return max(count, 1)
 
 
-def packing(dist: dict, run_nodes: list[int], hostfile_nodes: int | None) -> str:
+def packing(dist: DistributedSettings, run_nodes: list[int], hostfile_nodes: int | None) -> str:
     """The dry run's line: how many runs, and how many can run at once."""
     runs = f"{len(run_nodes)} runs"
-    if dist.get("launcher") == "srun":
+    if dist.launcher == "srun":
         return f"{runs}, each its own Slurm job (Slurm packs them onto the partition's nodes)"
     if not leasing(dist):
         return f"{runs}, one at a time (every rank on this machine)"
@@ -33,19 +35,19 @@ def packing(dist: dict, run_nodes: list[int], hostfile_nodes: int | None) -> str
     return (f"{runs}; up to {n} at once on disjoint nodes of the hostfile's {hostfile_nodes} "
             f"(runs take {'/'.join(map(str, sorted(set(run_nodes))))} nodes each; -j caps it too)")
 
-def per_node_job(dist: dict) -> bool:
+def per_node_job(dist: DistributedSettings) -> bool:
     """Whether the environment check launches one rank per node (else it
     runs right here: this machine is the only node)."""
-    return dist["nodes"] > 1 or bool(dist.get("hostfile"))
+    return dist.nodes > 1 or bool(dist.hostfile)
 
 
-def check_holds_mpi(dist: dict) -> bool:
+def check_holds_mpi(dist: DistributedSettings) -> bool:
     """The environment check holds `mpi` when it launches, except when it
     leases its nodes (then it holds `nodes`, as training does)."""
     return per_node_job(dist) and not leasing(dist)
 
 
-def mpi_job(dist: dict) -> bool:
+def mpi_job(dist: DistributedSettings) -> bool:
     """Whether training holds the `mpi` resource: with mpirun on this machine
     (with a hostfile it holds `nodes` instead, so that runs pack); under
     Slurm only with several ranks (the executor then sizes the job with tasks
@@ -53,19 +55,19 @@ def mpi_job(dist: dict) -> bool:
     starts it with srun, so that Slurm binds it)."""
     if leasing(dist):
         return False
-    return dist.get("launcher") != "srun" or dist["nodes"] * dist["processes_per_node"] > 1
+    return dist.launcher != "srun" or dist.nodes * dist.processes_per_node > 1
 
 
-def slurm_tasks(dist: dict, ranks_per_node: int | None = None) -> dict:
+def slurm_tasks(dist: DistributedSettings, ranks_per_node: int | None = None) -> dict:
     """Slurm executor resources: `tasks_per_node` or `tasks`, never both, and
     only for jobs of more than one task (None leaves a resource unset)."""
-    per_node = dist["processes_per_node"] if ranks_per_node is None else ranks_per_node
+    per_node = dist.processes_per_node if ranks_per_node is None else ranks_per_node
     if per_node > 1:
         return {"tasks_per_node": per_node, "tasks": None}
-    return {"tasks_per_node": None, "tasks": dist["nodes"] if dist["nodes"] > 1 else None}
+    return {"tasks_per_node": None, "tasks": dist.nodes if dist.nodes > 1 else None}
 
 
-def slurm_cpus(dist: dict) -> int | None:
+def slurm_cpus(dist: DistributedSettings) -> int | None:
     """Cores per rank; `auto` / `tuned` leave it to Slurm (give Slurm runs a number)."""
-    threads = dist["threads_per_process"]
+    threads = dist.threads_per_process
     return threads if isinstance(threads, int) else None

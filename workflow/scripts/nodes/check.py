@@ -55,19 +55,18 @@ def disagreements(named: list[tuple[str, dict]]) -> list[str]:
     return problems
 
 
-def check(config: EnvironmentView | dict, timeout: float, run: str | None = None,
+def check(config: EnvironmentView, timeout: float, run: str | None = None,
           hosts: list[str] | None = None) -> dict:
     """environment.json of `run`'s nodes (`run`: its absolute results
     folder): those given, else those it leases (packed runs, profiles/xeon
     -j N: kept for the run's training, which then trains on exactly these;
     launch/lease.py), else the run's own."""
-    config = EnvironmentView.pick(config)
     dist = config.distributed
     if not dist.hostfile and dist.nodes == 1:
-        return describe.environment_record(config)
+        return describe.environment_record(dist, config.train)
     if hosts is not None:
         return _check_on(config, mpi.detect_launcher(dist), hosts, timeout)
-    with lease.held(config, run or "environment check", "environment check",
+    with lease.held(dist, run or "environment check", "environment check",
                     keep_when="done" if run else "never") as leased:
         return _check_on(config, mpi.detect_launcher(dist), leased or command.run_hosts(dist), timeout)
 
@@ -76,7 +75,7 @@ def _check_on(config: EnvironmentView, launcher: dict, hosts: list[str] | None, 
     master = command.master_addr(hosts) if hosts else "127.0.0.1"
     program = [sys.executable, "-m", "workflow.scripts.nodes.probe", "--config-json",
                json.dumps(config.as_dict(), sort_keys=True), "--master-addr", master]
-    reports, problems = reach_each(config, launcher, hosts, program, timeout)
+    reports, problems = reach_each(config.distributed, launcher, hosts, program, timeout)
     names = dict(enumerate(hosts)) if hosts else \
         {r["rank"]: r.get("report", r).get("host", f"node {r['rank']}") for r in reports}
     problems += [f"node {names[r['rank']]}: {r['error']}" for r in reports if "error" in r]
@@ -88,7 +87,7 @@ def _check_on(config: EnvironmentView, launcher: dict, hosts: list[str] | None, 
         raise UserError("nodes differ: " + "; ".join(problems) +
                         "; install the same versions everywhere (`snakemake ... setup_nodes` where nodes do not "
                         "share a filesystem)")
-    return describe.combine(config, named, launcher)
+    return describe.combine(config.distributed, config.train, named, launcher)
 
 
 # What training takes from environment.json and nodes it did not check must match.
@@ -108,7 +107,7 @@ def differences(info: dict, fresh: dict, where: str, revision: str) -> list[str]
                        for key in SAME if fresh.get(key) != info.get(key)]
 
 
-def confirm(config, info: dict, hosts: list[str] | None) -> list[str]:
+def confirm(view: EnvironmentView, info: dict, hosts: list[str] | None) -> list[str]:
     """The training's hosts that environment.json's check did not see (its
     reservation was taken between check and training, launch/lease.py),
     checked now under the training's lease; the try fails in one line when
@@ -117,7 +116,6 @@ def confirm(config, info: dict, hosts: list[str] | None) -> list[str]:
     new = [h for h in hosts or [] if h not in seen]
     if not new:
         return []
-    view = EnvironmentView.pick(config if isinstance(config, dict) else config.as_dict())
     view = dataclasses.replace(view, distributed=dataclasses.replace(
         view.distributed, threads_per_process=info["threads_per_process"]))
     fresh = check(view, view.distributed.check_timeout_seconds, hosts=new)
@@ -142,7 +140,7 @@ def main(argv=None) -> None:
         parser.error("give --out, or --confirm with --hosts")
     config = step.read_config(args)
     if args.confirm:
-        confirm(config, json.loads(Path(args.confirm).read_text()), args.hosts.split(","))
+        confirm(EnvironmentView.pick(config), json.loads(Path(args.confirm).read_text()), args.hosts.split(","))
         return
     if args.layout:
         cfg.apply_tuned_layout({"run": config}, args.layout)

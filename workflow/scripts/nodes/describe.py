@@ -18,7 +18,7 @@ from workflow.scripts.settings import levers as speed_levers
 from workflow.scripts.common.errors import UserError
 from workflow.scripts.probes.matmul import matmul_gflops
 from workflow.scripts.probes.versions import installed
-from workflow.scripts.settings.views import distributed_of, train_of
+from workflow.scripts.settings.views import DistributedSettings, TrainSettings
 from workflow.scripts.launch import ccl, mpi
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -100,10 +100,9 @@ def threads_per_process(requested, processes_per_node: int, cpu: dict) -> int:
     return max(1, hardware.usable_cores(cpu) // processes_per_node)
 
 
-def describe(config, launcher: bool = True) -> dict:
+def describe(dist: DistributedSettings, train: TrainSettings, launcher: bool = True) -> dict:
     """This node's versions, CPU and decisions; `launcher`: also find mpirun / srun
     (the launch node does; the nodes it checks do not need one)."""
-    dist, train = distributed_of(config), train_of(config)
     cpu = hardware.cpu_summary()
     found = versions()
     ipex_requested = train.ipex
@@ -164,12 +163,11 @@ def node_summary(name: str, report: dict) -> dict:
     return {"node": name, **{k: report.get(k) for k in keys}}
 
 
-def combine(config, named: list[tuple[str, dict]], mpi: dict) -> dict:
+def combine(dist: DistributedSettings, train: TrainSettings, named: list[tuple[str, dict]], mpi: dict) -> dict:
     """environment.json: the first node's report, the launcher, every node,
     and the precision decided once from every node's measurement."""
     first = dict(named[0][1])
     ifnames = {r.get("gloo_ifname") for _, r in named}
-    train = train_of(config)
     precision, precision_why = precision_rule.decide(train.precision, named)
     precision, precision_why, ipex, ipex_why = precision_rule.beside_ipex(
         precision, precision_why, first.get("ipex", False), train.precision, train.ipex)
@@ -184,11 +182,11 @@ def combine(config, named: list[tuple[str, dict]], mpi: dict) -> dict:
         "gloo_ifname": ifnames.pop() if len(ifnames) == 1 else None,
         "node_reports": [node_summary(name, r) for name, r in named],
     })
-    first.update(ccl.record(first, distributed_of(config).env))
+    first.update(ccl.record(first, dist.env))
     return first
 
 
-def environment_record(config) -> dict:
+def environment_record(dist: DistributedSettings, train: TrainSettings) -> dict:
     """environment.json of a run on this machine alone (no per-node launch)."""
-    report = {**describe(config), "revision": revision(), "python_executable": sys.executable, "gloo_ifname": None}
-    return combine(config, [("localhost", report)], report["mpi"])
+    report = {**describe(dist, train), "revision": revision(), "python_executable": sys.executable, "gloo_ifname": None}
+    return combine(dist, train, [("localhost", report)], report["mpi"])

@@ -16,6 +16,7 @@ from workflow.scripts.common.errors import run_cli
 from workflow.scripts.launch import ranks
 from workflow.scripts.common import lines
 from workflow.scripts.nodes import describe
+from workflow.scripts.settings.views import EnvironmentView
 
 
 
@@ -54,8 +55,8 @@ def gloo_ifname(master: str) -> str | None:
     return interface_of(source)
 
 
-def probe(config: dict, master: str) -> dict:
-    report = describe.describe(config, launcher=False)
+def probe(config: EnvironmentView, master: str) -> dict:
+    report = describe.describe(config.distributed, config.train, launcher=False)
     return {**report, "revision": describe.revision(), "python_executable": sys.executable,
             "gloo_ifname": gloo_ifname(master)}
 
@@ -63,7 +64,7 @@ def probe(config: dict, master: str) -> dict:
 def report_line(args) -> None:
     rank = ranks.read().rank
     try:
-        line = {"rank": rank, "report": probe(json.loads(args.config_json), args.master_addr)}
+        line = {"rank": rank, "report": probe(EnvironmentView.pick(json.loads(args.config_json)), args.master_addr)}
     except Exception as err:  # reported by name on the launch node, never a silent rank
         line = {"rank": rank, "host": socket.gethostname(), "error": f"{type(err).__name__}: {err}"}
     for text in lines.report_lines("NODE", rank, line):

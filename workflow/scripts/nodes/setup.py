@@ -82,8 +82,7 @@ def data_env(folder: Path | None) -> dict:
     return {"CPUDDP_SETUP_DATA": str(folder), "CPUDDP_SETUP_DATA_SHA256": bootstrap.tree_digest(str(folder))}
 
 
-def setup(config: EnvironmentView | dict, timeout: float, data: Path | None = None) -> list[dict]:
-    config = EnvironmentView.pick(config)
+def setup(config: EnvironmentView, timeout: float, data: Path | None = None) -> list[dict]:
     dist = config.distributed
     hosts = command.run_hosts(dist)
     if not hosts:
@@ -98,7 +97,7 @@ def setup(config: EnvironmentView | dict, timeout: float, data: Path | None = No
     try:
         program = ["python3", "-c", bootstrap.standalone_program()]
         # the URL is the secret: through the launcher's environment, never its command line
-        reports, problems = reach_each(config, mpi.detect_launcher(dist), hosts, program, timeout, env,
+        reports, problems = reach_each(dist, mpi.detect_launcher(dist), hosts, program, timeout, env,
                                        kind="SETUP", secret={"CPUDDP_SETUP_URL": url})
     finally:
         server.shutdown()

@@ -11,7 +11,7 @@ the points.
 
 from __future__ import annotations
 
-import copy
+import dataclasses
 import json
 import sys
 import tempfile
@@ -21,26 +21,26 @@ from workflow.scripts.settings import step
 from workflow.scripts.common.atomic import read_json
 from workflow.scripts.common.errors import UserError
 from workflow.scripts.launch import job
+from workflow.scripts.settings.views import DistributedSettings, TrainView
 
 
-def probe_launch(config: dict, info: dict) -> tuple[dict, dict]:
+def probe_launch(dist: DistributedSettings, info: dict) -> tuple[DistributedSettings, dict]:
     """The run's nodes, one single-threaded rank on each."""
-    config = copy.deepcopy(config)
-    config["distributed"].update(processes_per_node=1, threads_per_process=1)
-    return config, {**info, "processes_per_node": 1, "threads_per_process": 1, "backend": "gloo"}
+    dist = dataclasses.replace(dist, processes_per_node=1, threads_per_process=1)
+    return dist, {**info, "processes_per_node": 1, "threads_per_process": 1, "backend": "gloo"}
 
 
-def measure(config: dict, info: dict, out: Path, log_dir: Path, sizes_mb=None, repeats: int = 5) -> dict:
-    if config["distributed"]["nodes"] < 2:
+def measure(dist: DistributedSettings, info: dict, out: Path, log_dir: Path, sizes_mb=None, repeats: int = 5) -> dict:
+    if dist.nodes < 2:
         raise UserError("measuring the network needs a run on at least 2 nodes (distributed.nodes and a hostfile)")
-    config, info = probe_launch(config, info)
+    dist, info = probe_launch(dist, info)
     program = [sys.executable, "-m", "workflow.scripts.plan.netprobe", "--out", str(out), "--log-dir",
                str(log_dir), "--repeats", str(repeats),
-               "--timeout-minutes", str(config["distributed"]["timeout_minutes"])]
+               "--timeout-minutes", str(dist.timeout_minutes)]
     if sizes_mb:
         program += ["--sizes-mb", *map(str, sizes_mb)]
     try:
-        job.run(config, info, program, log_dir, quiet=True)
+        job.run(dist, info, program, log_dir, quiet=True)
     except UserError as err:
         raise UserError(f"measuring the network between the nodes failed: {err}") from None
     return read_json(out)
@@ -52,9 +52,9 @@ def main(argv=None) -> None:
     parser.add_argument("--log-dir", help="rank logs (default: a temporary folder)")
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args(argv)
-    config, info = step.read_config(args), json.loads(Path(args.environment).read_text())
+    dist, info = step.read_view(args, TrainView).distributed, json.loads(Path(args.environment).read_text())
     with tempfile.TemporaryDirectory(prefix="cpuddp-netprobe-") as scratch:
-        result = measure(config, info, Path(args.out), Path(args.log_dir or scratch), repeats=args.repeats)
+        result = measure(dist, info, Path(args.out), Path(args.log_dir or scratch), repeats=args.repeats)
     print(f"network: {len(result['points'])} all-reduce times between {', '.join(result['hosts'])} -> {args.out}")
 
 

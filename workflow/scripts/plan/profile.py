@@ -170,8 +170,7 @@ def load(path: str, profile: str | None = None) -> PlanView:
     return PlanView.pick(read_json(path))  # the plan slice, or a run's whole configuration
 
 
-def profile(config: PlanView | dict, environment: str | None, steps: int, warmup: int, barrier=None, parties=1) -> dict:
-    config = PlanView.pick(config)
+def profile(config: PlanView, environment: str | None, steps: int, warmup: int, barrier=None, parties=1) -> dict:
     precision, threads = decisions(config, environment)
     torch.set_num_threads(threads)
     train = config.train

@@ -123,10 +123,9 @@ def names() -> list[str]:
     return [f.name for f in dataclasses.fields(Levers)]
 
 
-def choose(settings: Levers | dict | None, context: Context = Context()) -> tuple[Levers, dict[str, str]]:
+def choose(settings: Levers, context: Context = Context()) -> tuple[Levers, dict[str, str]]:
     """The levers with every `auto` decided, and why each is what it is
     (rules, not measurements: docs/performance.md has the figures)."""
-    settings = Levers.of(settings)
     chosen, reasons = {}, {}
     for name, value in settings.as_dict().items():
         if value == "auto":
