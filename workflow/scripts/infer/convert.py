@@ -41,7 +41,7 @@ def convert(model_dir, tokenized_dir, out_dir, task_name: str) -> dict:
     try:
         converted = stacks.to_openvino(model, example, outputs)
     except Exception as err:  # an architecture OpenVINO cannot take: the candidate drops out, the run goes on
-        return not_converted(out_dir, stacks.unconvertible(model, err))
+        return not_converted(out_dir, stacks.unconvertible(model.config.model_type, err))
     with atomic_dir(out_dir) as tmp:
         tokenizer.save_pretrained(tmp)
         model.config.save_pretrained(tmp)

@@ -143,7 +143,7 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     folders = {name: getattr(args, name) for name in policy.FOLDERS}
     config, evaluation = step.read_view(args, DeployView), read_json(args.evaluation)
-    name = f"{config.experiment or 'cpuddp'}-{Path(args.out).resolve().parent.name}"  # results/<experiment>/<run>/deploy
+    name = f"{config.experiment or 'cpuddp'}-{Path(args.out).resolve().parent.name}"  # <experiment>-<run>
     card = deploy_card(config, read_json(args.environment), evaluation, name)
     meta = deploy(evaluation, folders, args.out, config.task, card)
     print(f"deploy: {args.out} holds {meta['label']} ({meta['why']}) {meta['measured_on']}")

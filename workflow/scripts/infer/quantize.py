@@ -41,7 +41,7 @@ from workflow.scripts.common import tasks
 from workflow.scripts.settings import step
 
 from workflow.scripts.probes import hardware, intel, versions
-from workflow.scripts.common.atomic import atomic_dir, write_json
+from workflow.scripts.common.atomic import atomic_dir, read_json, write_json
 from workflow.scripts.common.errors import UserError
 from workflow.scripts.settings.views import QuantizeView
 from workflow.scripts.infer import policy, stacks
@@ -131,13 +131,8 @@ def quantize(model_dir, tokenized_dir, out_dir, task_name: str, calibration_samp
     calibration = calibration_batches(rows, tokenizer.pad_token_id)
     outputs, inputs = stacks.output_names(task), tuple(calibration[0])
     start = time.perf_counter()
-    try:
-        quantized = (stacks.quantize_ipex(model, calibration) if stack == "ipex"
-                     else stacks.quantize_openvino(model, calibration, outputs))
-    except Exception as err:  # an architecture OpenVINO cannot take: int8 drops out, the run goes on
-        if stack == "ipex" or isinstance(err, UserError):
-            raise
-        return skip(out_dir, {**(decision or {}), "quantize": False, "reason": stacks.unconvertible(model, err)})
+    quantized = (stacks.quantize_ipex(model, calibration) if stack == "ipex"
+                 else stacks.quantize_openvino(model, calibration, outputs))
     seconds = time.perf_counter() - start
     with atomic_dir(out_dir) as tmp:
         tokenizer.save_pretrained(tmp)
@@ -188,8 +183,14 @@ def main(argv=None) -> None:
     if not decision["quantize"]:
         skip(args.out, decision)
         return
-    meta = quantize(args.model, args.data, args.out, config.task, settings.calibration_samples,
-                    settings.stack, decision=decision)
+    try:
+        meta = quantize(args.model, args.data, args.out, config.task, settings.calibration_samples,
+                        settings.stack, decision=decision)
+    except Exception as err:  # an architecture the OpenVINO stack cannot take: int8 drops out, the run goes on
+        if settings.stack == "ipex":
+            raise
+        reason = stacks.unconvertible(read_json(Path(args.model) / "config.json").get("model_type"), err, "quantize")
+        meta = skip(args.out, {**decision, "quantize": False, "reason": reason})
     print("quantize: " + json.dumps(meta), file=sys.stderr)
     if not meta["quantized"]:
         print(f"quantize: not quantized: {meta['decision']['reason']}")

@@ -82,15 +82,14 @@ def to_openvino(model, example: dict, outputs: tuple[str, ...]):
     return converted
 
 
-def unconvertible(model, err: Exception) -> str:
-    """One line: why OpenVINO could not take this architecture (the traceback goes to the rule's log)."""
+def unconvertible(kind: str | None, err: Exception, doing: str = "convert") -> str:
+    """One line: why the OpenVINO stack could not take this architecture (the traceback goes to the rule's log)."""
     import traceback
 
     traceback.print_exception(err)
     first = next((line for line in str(err).splitlines() if line.strip()), type(err).__name__)
-    kind = getattr(model.config, "model_type", "this model")
-    return (f"OpenVINO cannot convert {kind} ({type(err).__name__}: {first[:200]}); "
-            "int8 and fp32 OpenVINO drop out of the deploy candidates")
+    return (f"OpenVINO cannot {doing} {kind or 'this model'} ({type(err).__name__}: {first[:200]}); "
+            f"{'int8 drops' if doing == 'quantize' else 'int8 and fp32 OpenVINO drop'} out of the deploy candidates")
 
 
 def quantize_openvino(model, calibration: list[dict], outputs: tuple[str, ...]):
