@@ -104,6 +104,7 @@ def metrics_record(cfg: TrainView, decisions: RunDecisions, env: DistEnv, progre
         "train_samples_per_second": round(trained / max(progress.seconds, 1e-9), 3),
         "final_loss": loop.final_loss(progress),
         "resumed_from_step": progress.resumed_from_step,
+        **t.choice.as_dict(),  # whose model code trained (train/model_code.py), and why
         # Startup: the start of rank 0's process that trained and its first finished step (epoch seconds).
         "process_started_at": round(progress.started_at or psutil.Process().create_time(), 3),
         "first_step_at": progress.first_step_at and round(progress.first_step_at, 3),
@@ -130,7 +131,7 @@ def train_and_save(job: Job, env: DistEnv, log, status: logs.RankStatus) -> None
     cfg, decisions, data_dir, out_dir = job.cfg, job.decisions, job.data_dir, job.out_dir
     log.info(f"process group: {process_group.describe()}")
     t, tokenizer = build(cfg, decisions, data_dir, env, log)
-    parts = fingerprint.of(cfg, decisions, data_dir, t.sampler.global_size) if env.is_main else None
+    parts = fingerprint.of(cfg, decisions, data_dir, t.sampler.global_size, t.choice.code) if env.is_main else None
     checkpoints = Checkpointer(out_dir / "checkpoints", parts, cfg.train.keep_checkpoints, env.rank,
                                env.world_size, log)
     progress = Progress()
