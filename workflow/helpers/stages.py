@@ -35,7 +35,8 @@ def stage_config(stage: str, config: dict) -> dict:
                          "train": config["train"], "distributed": config["distributed"]},
         "environment": lambda: {"distributed": config["distributed"],
                                 "train": pick(config["train"], "precision", "ipex", "speed")},
-        "train": lambda: {**local, "train": config["train"], "distributed": config["distributed"]},
+        "train": lambda: {**local, "train": config["train"], "distributed": config["distributed"],
+                          **train_report(config)},
         "evaluate": lambda: {"task": config["task"], "evaluation": config["evaluation"]},
         "convert": lambda: {"task": config["task"]},
         "quantize": lambda: {"task": config["task"], "quantization": {
@@ -49,6 +50,13 @@ def stage_config(stage: str, config: dict) -> dict:
     if stage not in slices:
         raise ValueError(f"unknown stage {stage}")
     return slices[stage]()
+
+
+def train_report(config: dict) -> dict:
+    """The tracking settings (report), only when a tracker is named: a
+    configuration without trackers keeps the slice (and the trained runs) it had."""
+    report = config.get("report") or {}
+    return {"report": report} if report.get("trackers") else {}
 
 
 def data_slice(config: dict) -> dict | None:

@@ -9,7 +9,7 @@ from workflow.scripts.common.atomic import read_json, write_json
 from workflow.scripts.common.errors import run_cli
 from workflow.scripts.common.candidates import CANDIDATES
 from workflow.scripts.settings.sweep import named_values
-from workflow.scripts.report import glue_table, table
+from workflow.scripts.report import glue_table, table, tracked
 from workflow.scripts.report.runs import DEPLOY_FILE, ENVIRONMENT, RUNTIMES, read_environment, read_train_metrics
 
 
@@ -120,6 +120,7 @@ def main(argv=None) -> None:
     settings = read_json(args.config) if args.config else None
     summary = summarize(args.experiment, Path(args.results), args.run, settings)
     write_json(args.out, summary)
+    tracked.attach(Path(args.results), summary, Path(args.out))  # report.trackers: mlflow
     print(f"summary: {args.out}")
 
 

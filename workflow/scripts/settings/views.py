@@ -24,17 +24,18 @@ DistributedSettings = derive("DistributedSettings", section_schema("distributed"
 QuantizationSettings = derive("QuantizationSettings", section_schema("quantization"), {}, module=__name__)
 PlanSettings = derive("PlanSettings", section_schema("plan"), {}, module=__name__)
 DeploySettings = derive("DeploySettings", section_schema("deploy"), {}, module=__name__)
+ReportSettings = derive("ReportSettings", section_schema("report"), {}, module=__name__)
 
 SECTIONS = {"data": DataFiles, "train": TrainSettings, "evaluation": EvaluationSettings,
             "distributed": DistributedSettings, "quantization": QuantizationSettings, "plan": PlanSettings,
-            "deploy": DeploySettings}
+            "deploy": DeploySettings, "report": ReportSettings}
 
 # The top-level keys each stage reads (its slice: workflow/helpers/stages.py).
 STAGE_KEYS = {
     "data": ("task", "data"),
     "tokenize": ("task", "model", "trust_remote_code", "train"),
     "environment": ("distributed", "train"),
-    "train": ("task", "model", "trust_remote_code", "train", "distributed"),
+    "train": ("task", "model", "trust_remote_code", "train", "distributed", "report"),
     "evaluate": ("task", "evaluation"),
     "convert": ("task",),
     "quantize": ("task", "quantization"),

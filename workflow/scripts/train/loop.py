@@ -14,6 +14,7 @@ import torch.distributed as dist
 
 from workflow.scripts.common.errors import Preempted, UserError
 from workflow.scripts.data.batching import updates
+from workflow.scripts.train import tracking
 from workflow.scripts.train.checkpoint import Checkpointer
 from workflow.scripts.train.preempt import StopRequests
 from workflow.scripts.train.state import Progress, TrainingState
@@ -33,7 +34,7 @@ def train_step(t: TrainingState, micro_batches: list) -> torch.Tensor:
         t.comm.backward(loss)
         total += loss.detach().float()
     if t.max_grad_norm > 0:  # after the last micro-batch's all-reduce: every rank clips the same mean gradient
-        t.clip_gradients()
+        tracking.keep_grad_norm(t.clip_gradients())
     t.optimizer.step()
     t.scheduler.step()
     t.optimizer.zero_grad(set_to_none=True)
@@ -63,6 +64,7 @@ def log_progress(progress: Progress, loss, t: TrainingState, global_batch: int, 
     eta = (t.total_steps - progress.step) * global_batch / max(rate, 1e-9)
     log.info(f"step {progress.step}/{t.total_steps} | epoch {progress.epoch + 1} | loss {float(loss):.4f} | "
              f"{rate:.1f} samples/s | ETA {format_eta(eta)}")
+    tracking.log_step(progress.step, loss, t.scheduler.get_last_lr()[0], rate)  # report.trackers, rank 0
 
 
 def run_epochs(t: TrainingState, progress: Progress, checkpoints: Checkpointer, log,

@@ -39,7 +39,7 @@ from workflow.scripts.settings.decisions import RunDecisions
 from workflow.scripts.settings.views import TrainView
 from workflow.scripts.launch import ranks
 from workflow.scripts.launch.ranks import DistEnv
-from workflow.scripts.train import fault_point, fingerprint, loop, process_group
+from workflow.scripts.train import fault_point, fingerprint, loop, process_group, tracking
 from workflow.scripts.train.comm import CommTimer
 from workflow.scripts.train.preempt import StopRequests
 from workflow.scripts.train.checkpoint import Checkpointer
@@ -140,7 +140,9 @@ def train_and_save(job: Job, env: DistEnv, log, status: logs.RankStatus) -> None
     # the status says so only once the handler is in place.
     stops = StopRequests()
     status.write("running", resumed_from_step=progress.resumed_from_step)
-    loop.run_epochs(t, progress, checkpoints, log, stops)  # ends with a checkpoint at the last step
+    params = tracking.run_params(cfg, decisions, env.world_size, t.choice.as_dict())
+    with tracking.opened(cfg.report, out_dir, params, log, main=env.is_main):  # report.trackers
+        loop.run_epochs(t, progress, checkpoints, log, stops)  # ends with a checkpoint at the last step
     gathered = [None] * env.world_size  # the final barrier: every rank has trained
     dist.all_gather_object(gathered, rank_record(env, t.model, decisions.threads_per_process, t.comm))
     fault_point.reach("final-save", env.rank)
