@@ -63,6 +63,8 @@ def run_entry(name: str, run_dir: Path) -> dict:
         "peak_rss_mb_per_rank": [r["peak_rss_mb"] for r in train["ranks"]],
         "allreduce_wait_share": train.get("allreduce_wait_share"),
         "resumed_from_step": train.get("resumed_from_step"),
+        # evaluation.every: which step's model won, by which metric, and every evaluation (null when off)
+        "training_evaluation": train.get("evaluation"),
         "tries": _optional(run_dir / "tries.json"),
         "eval": evals,
         "quantization": quantization,

@@ -26,6 +26,7 @@ import torch
 import torch.distributed as dist
 
 from workflow.scripts.common.atomic import fsync_dir, space_for
+from workflow.scripts.common.errors import UserError
 from workflow.scripts.train.fingerprint import change
 
 MARKER = "COMPLETE"
@@ -47,11 +48,13 @@ def set_rng_state(state: dict) -> None:
     torch.set_rng_state(state["torch"])
 
 
-def save(root, step: int, state: dict, meta: dict, keep: int) -> Path:
-    """Write checkpoint `step` atomically and keep only the newest `keep`.
-    `state`: model, optimizer, scheduler and rng (every rank's) state;
-    `meta`: the loop's position and the settings' fingerprint. The marker
-    holds each file's sha256, so a damaged file is never trusted."""
+def save(root, step: int, state: dict, meta: dict, keep: int, best_step: int | None = None) -> Path:
+    """Write checkpoint `step` atomically and keep only the newest `keep`
+    and the best one (`best_step`, train.best_model; its marker says
+    "is_best": true while it is). `state`: model, optimizer, scheduler and rng
+    (every rank's) state; `meta`: the loop's position and the settings'
+    fingerprint. The marker holds each file's sha256, so a damaged file is
+    never trusted."""
     root = Path(root)
     final = _folder(root, step)
     tmp = root / f".{final.name}.{socket.gethostname()}.{os.getpid()}.tmp"  # this process's own
@@ -59,14 +62,14 @@ def save(root, step: int, state: dict, meta: dict, keep: int) -> Path:
     tmp.mkdir(parents=True)
     try:
         with space_for(final, state_bytes(state)):
-            _write(tmp, state, {**meta, "step": step})
+            _write(tmp, state, {**meta, "step": step, "is_best": step == best_step})
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     shutil.rmtree(final, ignore_errors=True)
     os.replace(tmp, final)
     fsync_dir(root)  # the rename itself survives a crash
-    prune(root, keep)
+    prune(root, keep, best_step)
     return final
 
 
@@ -146,9 +149,12 @@ def valid(root) -> list[Path]:
     return sorted(p for p in root.glob(f"{PREFIX}*") if (p / MARKER).is_file())
 
 
-def prune(root, keep: int) -> None:
+def prune(root, keep: int, best_step: int | None = None) -> None:
+    """Remove all but the newest `keep` checkpoints and the best one."""
+    best = None if best_step is None else _folder(Path(root), best_step).name
     for old in valid(root)[:-keep]:
-        shutil.rmtree(old, ignore_errors=True)
+        if old.name != best:
+            shutil.rmtree(old, ignore_errors=True)
 
 
 def damage(folder: Path, meta: dict) -> str | None:
@@ -226,6 +232,7 @@ class Checkpointer:
         self.root, self.fingerprint, self.keep = Path(root), fingerprint, keep
         self.rank, self.world_size, self.log = rank, world_size, log
         self.saved_step: int | None = None  # the step of the newest checkpoint written or resumed (every rank)
+        self.keep_best = False  # train.best_model: the best evaluated checkpoint is never pruned
 
     @property
     def is_main(self) -> bool:
@@ -237,8 +244,9 @@ class Checkpointer:
         states = [None] * self.world_size
         dist.all_gather_object(states, rng_state())
         if self.is_main:
+            best = progress.best["step"] if self.keep_best and progress.best else None
             folder = save(self.root, progress.step, {**state.state_dict(), "rng": states},
-                          {"fingerprint": self.fingerprint, **progress.state_dict()}, self.keep)
+                          {"fingerprint": self.fingerprint, **progress.state_dict()}, self.keep, best)
             self.log.info(f"checkpoint {folder}")
         dist.barrier()
         self.saved_step = progress.step
@@ -267,6 +275,16 @@ class Checkpointer:
         progress.load_state_dict(saved["meta"])
         self.saved_step = progress.step
         self.log.info(f"resumed from {folder} (step {progress.step})")
+
+    def load_best(self, state, step: int) -> None:
+        """Rank 0: the state of the best checkpoint (train.best_model), to save as the model."""
+        folder = _folder(self.root, step)
+        reason = damage(folder, info(folder)) if (folder / MARKER).is_file() else "it is missing"
+        if reason:
+            raise UserError(f"the best checkpoint {folder} cannot be used: {reason}; rerun the training "
+                            "(train.best_model needs its checkpoints folder kept)")
+        state.load_state_dict(read(folder))
+        self.log.info(f"the model is the best evaluated one: {folder.name}")
 
     def clear(self) -> None:
         """Once the model is in place only a failed run needs them (rank 0)."""

@@ -8,7 +8,9 @@ import os
 import signal
 
 VARIABLE = "CPUDDP_FAULT"
-POINTS = ("final-save",)  # final-save: after the final checkpoint, while rank 0 saves the model
+# final-save: after the final checkpoint, while rank 0 saves the model;
+# second-evaluation: once the second evaluation during training is recorded (and checkpointed).
+POINTS = ("final-save", "second-evaluation")
 
 
 def reach(point: str, rank: int) -> None:

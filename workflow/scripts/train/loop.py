@@ -16,6 +16,7 @@ from workflow.scripts.common.errors import Preempted, UserError
 from workflow.scripts.data.batching import updates
 from workflow.scripts.train import tracking
 from workflow.scripts.train.checkpoint import Checkpointer
+from workflow.scripts.train.evaluation import Evaluator
 from workflow.scripts.train.preempt import StopRequests
 from workflow.scripts.train.state import Progress, TrainingState
 
@@ -68,21 +69,23 @@ def log_progress(progress: Progress, loss, t: TrainingState, global_batch: int, 
 
 
 def run_epochs(t: TrainingState, progress: Progress, checkpoints: Checkpointer, log,
-               stops: StopRequests | None = None) -> None:
+               stops: StopRequests | None = None, evaluator: Evaluator | None = None) -> None:
     """The training loop, from wherever `progress` says it is; on a stop
     request, a checkpoint at the update boundary, then Preempted. It ends
     with a checkpoint at the last step (a failure while the model is saved
     then costs no training); resumed there, it trains nothing and keeps
-    the measures of the try that trained."""
-    if progress.step >= t.total_steps:
+    the measures of the try that trained. With an evaluator (evaluation.every)
+    it evaluates as it goes and at the last step, and may stop early."""
+    if progress.step >= t.total_steps or progress.stopped_early:
         log.info(f"the training was complete at step {progress.step} (checkpoint): nothing left to train")
         return
+    evaluator = evaluator or Evaluator.off()
     global_batch = t.sampler.global_size
     progress.position_at_start = progress.samples
     progress.first_step_at, progress.started_at = None, psutil.Process().create_time()
     t.ddp_model.train()
     start = time.perf_counter()
-    while progress.step < t.total_steps:
+    while progress.step < t.total_steps and not progress.stopped_early:
         t.sampler.set_epoch(progress.epoch, start=progress.batch_in_epoch)  # the order is seeded per epoch
         micro_batches = updates(t.loader, t.sampler.accumulation)
         for index, batches in enumerate(micro_batches, start=progress.batch_in_epoch):
@@ -96,19 +99,30 @@ def run_epochs(t: TrainingState, progress: Progress, checkpoints: Checkpointer, 
                 check_finite(loss, progress.step, checkpoints.rank)
                 progress.losses.append([progress.step, float(loss)])
                 log_progress(progress, loss, t, global_batch, start, log)
-            if progress.step >= t.total_steps:
+            if progress.step >= t.total_steps or evaluator.due(progress.step) and evaluator.run(t, progress,
+                                                                                                 checkpoints):
                 break
             if stops and stops.anywhere():
                 stop_here(t, progress, checkpoints)
             every = t.checkpoint_every
             if every and progress.step % every == 0 and progress.batch_in_epoch < len(t.sampler):
-                checkpoints.save(t, progress)
+                checkpoints.save_final(t, progress)  # unless the evaluation just wrote one
         else:
-            progress.epoch, progress.batch_in_epoch = progress.epoch + 1, 0
-            if progress.step < t.total_steps:
-                checkpoints.save(t, progress)
-    progress.seconds = time.perf_counter() - start
+            end_epoch(t, progress, checkpoints, evaluator)
+    progress.seconds = time.perf_counter() - start - evaluator.seconds  # training only
+    evaluator.finish(t, progress, checkpoints)
     checkpoints.save_final(t, progress)
+
+
+def end_epoch(t: TrainingState, progress: Progress, checkpoints: Checkpointer, evaluator: Evaluator) -> None:
+    """An epoch is over: evaluate (evaluation.every epoch), and checkpoint where the next one starts."""
+    progress.epoch, progress.batch_in_epoch = progress.epoch + 1, 0
+    if progress.step < t.total_steps:
+        evaluated = evaluator.due(progress.step, epoch_end=True)
+        if evaluated:
+            evaluator.run(t, progress, checkpoints)
+        if not (evaluated and evaluator.keep_best):  # else the evaluation just wrote it
+            checkpoints.save(t, progress)
 
 
 def stop_here(t: TrainingState, progress: Progress, checkpoints: Checkpointer) -> None:

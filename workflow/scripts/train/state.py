@@ -39,20 +39,30 @@ class Progress:
     position_at_start: int = 0  # samples already trained before this process started
     first_step_at: float | None = None  # wall clock (epoch seconds) when this process's first step ended
     started_at: float | None = None  # wall clock when the process that trained started
+    # Evaluation during training (train/evaluation.py): every evaluation's
+    # metrics, the best so far ({"step", "metric", "value"}), evaluations in
+    # a row without a gain, and whether early stopping ended the training.
+    evaluations: list = field(default_factory=list)
+    best: dict | None = None
+    stale: int = 0
+    stopped_early: bool = False
 
     SAVED = ("step", "epoch", "batch_in_epoch", "samples", "losses")  # what a resumed run continues from
+    EVALUATED = ("evaluations", "best", "stale", "stopped_early")  # absent from an older cpuddp's checkpoints
     # How the try that trained last went: the final checkpoint keeps it, so
     # that a retry with nothing left to train reports that training's speed.
     MEASURED = ("seconds", "position_at_start", "first_step_at", "started_at")
 
     def state_dict(self) -> dict:
-        return {k: v for k, v in asdict(self).items() if k in self.SAVED + self.MEASURED}
+        return {k: v for k, v in asdict(self).items() if k in self.SAVED + self.MEASURED + self.EVALUATED}
 
     def load_state_dict(self, state: dict) -> None:
         for key in self.SAVED:
             setattr(self, key, state[key])
         for key in self.MEASURED:  # absent from an older cpuddp's checkpoints
             setattr(self, key, state.get(key, getattr(Progress, key)))
+        for key in self.EVALUATED:
+            setattr(self, key, state.get(key, getattr(Progress(), key)))
         self.resumed_from_step = self.step
 
 

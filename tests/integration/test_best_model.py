@@ -1,0 +1,81 @@
+"""Evaluation during training, the best model kept and early stopping
+(evaluation.every, train.best_model, train.early_stopping) through the real
+workflow: 2 ranks of the tiny model, the training alone (its
+train_metrics.json as the target). With a learning rate too small to change
+any prediction every evaluation ties the first, so the best is known: the
+first evaluation's state."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import torch
+import yaml
+from safetensors.torch import load_file
+
+from helpers.faults import RUN
+from helpers.workflow import snakemake, tiny_experiment, write_config
+
+TARGET = str(RUN / "train_metrics.json")
+RULE_LOG = Path("logs/train_ddp/tiny/default.log")
+FROZEN = 1e-9  # predictions never change: no evaluation gains on the first
+
+
+def experiment(work: Path, model: Path, evaluation: dict, **train) -> Path:
+    configfile = tiny_experiment(work, model, **train)  # 12 steps: 2 epochs of 6
+    config = yaml.safe_load(configfile.read_text())
+    config["evaluation"] = {"batch_size": 16, **evaluation}
+    return write_config(configfile, config)
+
+
+def test_the_best_checkpoint_is_the_model_and_survives_a_kill(tmp_path, tiny_model_dir, monkeypatch):
+    configfile = experiment(tmp_path, tiny_model_dir, {"every": 3}, learning_rate=FROZEN, checkpoint_every=0,
+                            keep_checkpoints=1, best_model={"metric": "auto", "mode": "auto"})
+    with monkeypatch.context() as patch:  # rank 1 dies once the evaluation at step 6 is checkpointed
+        patch.setenv("CPUDDP_FAULT", "second-evaluation:1")
+        assert snakemake(tmp_path, configfile, TARGET, check=False).returncode != 0
+    checkpoints = tmp_path / RUN / "checkpoints"
+    assert sorted(p.name for p in checkpoints.glob("step-*")) == ["step-00000003", "step-00000006"]
+    assert json.loads((checkpoints / "step-00000003" / "COMPLETE").read_text())["is_best"] is True
+    best = torch.load(checkpoints / "step-00000003" / "model.pt", weights_only=True)
+    later = torch.load(checkpoints / "step-00000006" / "model.pt", weights_only=True)
+
+    snakemake(tmp_path, configfile, TARGET)  # resumes at step 6 with the best so far
+    metrics = json.loads((tmp_path / TARGET).read_text())
+    evaluation = metrics["evaluation"]
+    assert metrics["resumed_from_step"] == 6 and metrics["steps"] == 12
+    assert [e["step"] for e in evaluation["history"]] == [3, 6, 9, 12]
+    assert evaluation["metric"] == "f1" and evaluation["mode"] == "max"  # MRPC's main metric
+    assert evaluation["best_step"] == 3 and evaluation["model_from_step"] == 3
+    assert evaluation["best_value"] == evaluation["history"][0]["f1"]
+    saved = load_file(tmp_path / RUN / "model" / "model.safetensors")
+    assert saved.keys() <= best.keys()
+    assert all(torch.equal(saved[k], best[k]) for k in saved)
+    assert any(not torch.equal(saved[k], later[k]) for k in saved)  # not the later state
+    log = (tmp_path / RULE_LOG).read_text()
+    assert "the model is the best evaluated one: step-00000003" in log
+    assert not checkpoints.exists()
+
+
+def test_early_stopping_ends_the_training_after_patience_evaluations(tmp_path, tiny_model_dir):
+    configfile = experiment(tmp_path, tiny_model_dir, {"every": 1}, learning_rate=FROZEN,
+                            early_stopping={"patience": 2})
+    snakemake(tmp_path, configfile, TARGET)
+    metrics = json.loads((tmp_path / TARGET).read_text())
+    evaluation = metrics["evaluation"]
+    assert metrics["steps"] == 3  # best at 1, no gain at 2 and 3
+    assert evaluation["stopped_early"] is True and evaluation["best_step"] == 1
+    assert [e["step"] for e in evaluation["history"]] == [1, 2, 3]
+    assert evaluation["model_from_step"] == 3  # no best_model: the last step's model
+    assert "early stopping at step 3: 2 evaluations without a gain on f1" in (tmp_path / RULE_LOG).read_text()
+
+
+def test_no_evaluation_during_training_by_default(tmp_path, tiny_model_dir):
+    configfile = tiny_experiment(tmp_path, tiny_model_dir, max_steps=2)
+    snakemake(tmp_path, configfile, TARGET)
+    assert json.loads((tmp_path / TARGET).read_text())["evaluation"] is None
+    log = (tmp_path / RULE_LOG).read_text()
+    assert "evaluation during training: off" in log and "evaluation at step" not in log
+    shutil.rmtree(tmp_path / RUN / "model")
