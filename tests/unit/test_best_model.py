@@ -85,3 +85,17 @@ def test_best_model_without_evaluation_is_refused_in_one_line():
         Evaluator(cfg, "unused", None, 0, 0, None)
     off = Evaluator(TrainView.of({"task": "mrpc", "model": "m"}), "unused", None, 0, 0, None)
     assert not off.enabled and not off.due(10) and off.summary(Progress()) is None
+
+
+def test_the_config_check_refuses_best_model_without_evaluation_and_a_bad_every():
+    from workflow.scripts.settings.config import ConfigError, validate
+
+    base = {"task": "mrpc", "model": "m"}
+    with pytest.raises(ConfigError, match=r"^config error: train.best_model and train.early_stopping need "
+                                          r"evaluation during training: set evaluation.every"):
+        validate({**base, "train": {"best_model": {}, "early_stopping": {"patience": 2}}})
+    with pytest.raises(ConfigError, match="evaluation.every"):
+        validate({**base, "evaluation": {"every": "Epoch"}})
+    done = validate({**base, "evaluation": {"every": "epoch"}, "train": {"best_model": {}}})
+    assert done["train"]["best_model"] == {"metric": "auto", "mode": "auto"}
+    assert validate(base)["train"]["best_model"] is None and validate(base)["evaluation"]["every"] is None

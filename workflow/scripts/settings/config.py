@@ -126,10 +126,20 @@ def _check_consistency(config: dict) -> None:
             "(the dev_mismatched file) besides data.validation"
         )
     _check_own_data(config)
+    _check_evaluation(config)
     fits = formats_for(get_task(config["task"]))
     if data and data["format"] not in fits:
         want = ", ".join(fits[:-1]) + " or " + fits[-1] if len(fits) > 1 else fits[0]
         raise ConfigError(f"config error: data.format {data['format']} does not fit task {config['task']}; use {want}")
+
+
+def _check_evaluation(config: dict) -> None:
+    """train.best_model and train.early_stopping decide on evaluations during training."""
+    train = config.get("train") or {}
+    wanted = [k for k in ("best_model", "early_stopping") if train.get(k) is not None]
+    if wanted and (config.get("evaluation") or {}).get("every") is None:
+        raise ConfigError(f"config error: train.{' and train.'.join(wanted)} need evaluation during training: "
+                          "set evaluation.every (epoch or a number of steps)")
 
 
 def _check_own_data(config: dict) -> None:
