@@ -67,17 +67,3 @@ STAGE_VIEWS = {stage: _stage_view(stage) for stage in STAGE_KEYS}
 and the published figures, and stays a plain mapping."""
 DataView, TokenizeView, EnvironmentView, TrainView, EvaluateView, ConvertView, QuantizeView, RuntimesView, \
     PlanView, DeployView = STAGE_VIEWS.values()
-
-
-def distributed_of(config) -> DistributedSettings:
-    """The distributed section of a configuration mapping, of a stage view
-    that has one, or the section itself (the launcher serves all three)."""
-    if isinstance(config, dict):
-        config = config.get("distributed", config)
-    return DistributedSettings.of(getattr(config, "distributed", config))
-
-
-def train_of(config) -> TrainSettings:
-    """The train section of a configuration mapping or of a stage view."""
-    section = config.get("train", {}) if isinstance(config, dict) else config.train
-    return TrainSettings.of(section)

@@ -170,9 +170,8 @@ def save_results(job: Job, env: DistEnv, progress: Progress, t: TrainingState, t
              f"all-reduce wait {100 * record['allreduce_wait_share']:.1f}% of step time")
 
 
-def train(cfg: TrainView | dict, decisions: RunDecisions, data_dir: str, out_dir: Path, log_dir: str,
+def train(cfg: TrainView, decisions: RunDecisions, data_dir: str, out_dir: Path, log_dir: str,
           status: logs.RankStatus) -> None:
-    cfg = TrainView.pick(cfg)
     env = ranks.read()
     log = logs.setup(log_dir, env.rank)
     torch.set_num_threads(decisions.threads_per_process)
