@@ -36,7 +36,7 @@ def stage_config(stage: str, config: dict) -> dict:
         "environment": lambda: {"distributed": config["distributed"],
                                 "train": pick(config["train"], "precision", "ipex", "speed")},
         "train": lambda: {**local, "train": config["train"], "distributed": config["distributed"],
-                          **train_report(config)},
+                          "evaluation": train_evaluation(config), **train_report(config)},
         "evaluate": lambda: {"task": config["task"], "evaluation": config["evaluation"]},
         "convert": lambda: {"task": config["task"]},
         "quantize": lambda: {"task": config["task"], "quantization": {
@@ -50,6 +50,16 @@ def stage_config(stage: str, config: dict) -> dict:
     if stage not in slices:
         raise ValueError(f"unknown stage {stage}")
     return slices[stage]()
+
+
+def train_evaluation(config: dict) -> dict:
+    """What evaluation during training reads: with evaluation.every null
+    only that, so that the other evaluation settings never retrain."""
+    evaluation = config.get("evaluation") or {}
+    if evaluation.get("every") is None:
+        return {"every": None}
+    return pick(evaluation, "every", "metric", "batch_size", "n_best_size", "max_answer_length",
+                "null_score_diff_threshold")
 
 
 def train_report(config: dict) -> dict:

@@ -15,7 +15,10 @@ from __future__ import annotations
 from workflow.scripts.settings.levers import Levers
 from workflow.scripts.settings.schema import SCHEMA, View, derive, section_schema
 
-_NESTED = {"speed": Levers}  # train.speed: the levers, typed with their rules (settings/levers.py)
+BestModel = derive("BestModel", section_schema("train", "best_model"), {}, module=__name__)
+EarlyStopping = derive("EarlyStopping", section_schema("train", "early_stopping"), {}, module=__name__)
+_NESTED = {"speed": Levers,  # train.speed: the levers, typed with their rules (settings/levers.py)
+           "best_model": BestModel, "early_stopping": EarlyStopping}
 
 DataFiles = derive("DataFiles", section_schema("data"), {}, skip=("generate",), module=__name__)
 TrainSettings = derive("TrainSettings", section_schema("train"), _NESTED, module=__name__)
@@ -35,7 +38,7 @@ STAGE_KEYS = {
     "data": ("task", "data"),
     "tokenize": ("task", "model", "trust_remote_code", "train"),
     "environment": ("distributed", "train"),
-    "train": ("task", "model", "trust_remote_code", "train", "distributed", "report"),
+    "train": ("task", "model", "trust_remote_code", "train", "distributed", "evaluation", "report"),
     "evaluate": ("task", "evaluation"),
     "convert": ("task",),
     "quantize": ("task", "quantization"),
@@ -67,3 +70,4 @@ STAGE_VIEWS = {stage: _stage_view(stage) for stage in STAGE_KEYS}
 and the published figures, and stays a plain mapping."""
 DataView, TokenizeView, EnvironmentView, TrainView, EvaluateView, ConvertView, QuantizeView, RuntimesView, \
     PlanView, DeployView = STAGE_VIEWS.values()
+

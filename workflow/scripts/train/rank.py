@@ -43,6 +43,7 @@ from workflow.scripts.train import fault_point, fingerprint, loop, process_group
 from workflow.scripts.train.comm import CommTimer
 from workflow.scripts.train.preempt import StopRequests
 from workflow.scripts.train.checkpoint import Checkpointer
+from workflow.scripts.train.evaluation import Evaluator
 from workflow.scripts.train.state import Progress, TrainingState, build
 
 datasets.disable_progress_bars()
@@ -123,6 +124,7 @@ class Job:
     decisions: RunDecisions
     data_dir: str
     out_dir: Path
+    raw_dir: str | None = None  # the raw data: evaluation during training of a QA task needs the contexts
 
 
 def train_and_save(job: Job, env: DistEnv, log, status: logs.RankStatus) -> None:
@@ -135,6 +137,9 @@ def train_and_save(job: Job, env: DistEnv, log, status: logs.RankStatus) -> None
     checkpoints = Checkpointer(out_dir / "checkpoints", parts, cfg.train.keep_checkpoints, env.rank,
                                env.world_size, log)
     progress = Progress()
+    evaluator = Evaluator(cfg, data_dir, job.raw_dir, tokenizer.pad_token_id, env.rank, log)
+    log.info(evaluator.line())
+    checkpoints.keep_best = evaluator.keep_best
     checkpoints.resume(t, progress)
     # From here a SIGTERM means "checkpoint, then stop" rather than "stop now";
     # the status says so only once the handler is in place.
@@ -142,12 +147,14 @@ def train_and_save(job: Job, env: DistEnv, log, status: logs.RankStatus) -> None
     status.write("running", resumed_from_step=progress.resumed_from_step)
     params = tracking.run_params(cfg, decisions, env.world_size, t.choice.as_dict())
     with tracking.opened(cfg.report, out_dir, params, log, main=env.is_main):  # report.trackers
-        loop.run_epochs(t, progress, checkpoints, log, stops)  # ends with a checkpoint at the last step
+        loop.run_epochs(t, progress, checkpoints, log, stops, evaluator)  # ends with a checkpoint at the last step
     gathered = [None] * env.world_size  # the final barrier: every rank has trained
     dist.all_gather_object(gathered, rank_record(env, t.model, decisions.threads_per_process, t.comm))
     fault_point.reach("final-save", env.rank)
     if env.is_main:
-        save_results(job, env, progress, t, tokenizer, gathered, log)
+        if evaluator.keep_best and progress.best and progress.best["step"] != progress.step:
+            checkpoints.load_best(t, progress.best["step"])  # train.best_model: the best is the model
+        save_results(job, env, progress, t, tokenizer, gathered, log, evaluator.summary(progress))
     else:
         status.write("trained")  # nothing of its own to write: done once rank 0 has the model
     dist.barrier()  # the last collective: the model is in place and every rank is done
@@ -157,10 +164,11 @@ def train_and_save(job: Job, env: DistEnv, log, status: logs.RankStatus) -> None
 
 
 def save_results(job: Job, env: DistEnv, progress: Progress, t: TrainingState, tokenizer, gathered: list,
-                 log) -> None:
-    """Rank 0: the model, then train_metrics.json, each fsynced and renamed into place."""
+                 log, evaluation: dict | None = None) -> None:
+    """Rank 0: the model, then train_metrics.json, each fsynced and renamed into place.
+    `evaluation`: evaluation during training (train/evaluation.py), None when off."""
     cfg, decisions, out_dir = job.cfg, job.decisions, job.out_dir
-    record = metrics_record(cfg, decisions, env, progress, t, gathered)
+    record = {**metrics_record(cfg, decisions, env, progress, t, gathered), "evaluation": evaluation}
     model = intel.plain_model(t.model) if decisions.ipex else t.saved_model()  # fp32, not bf16
     save_model(model, tokenizer, out_dir / "model")
     card.write_train_card(out_dir / "model", cfg, decisions, hardware.cpu_summary())  # README.md
@@ -171,7 +179,7 @@ def save_results(job: Job, env: DistEnv, progress: Progress, t: TrainingState, t
 
 
 def train(cfg: TrainView, decisions: RunDecisions, data_dir: str, out_dir: Path, log_dir: str,
-          status: logs.RankStatus) -> None:
+          status: logs.RankStatus, raw_dir: str | None = None) -> None:
     env = ranks.read()
     log = logs.setup(log_dir, env.rank)
     torch.set_num_threads(decisions.threads_per_process)
@@ -181,7 +189,7 @@ def train(cfg: TrainView, decisions: RunDecisions, data_dir: str, out_dir: Path,
     log.info(intel.prepare_rank(decisions.as_dict()))  # every node checks its own versions
     dist_cfg = cfg.distributed
     with process_group.joined(decisions.backend, env, dist_cfg.timeout_minutes):
-        train_and_save(Job(cfg, decisions, data_dir, out_dir), env, log, status)
+        train_and_save(Job(cfg, decisions, data_dir, out_dir, raw_dir), env, log, status)
         # A rank's own bound on teardown, a little after the launcher's.
         status.trained(exit_within=dist_cfg.exit_grace_seconds + 10)
 
@@ -189,12 +197,13 @@ def train(cfg: TrainView, decisions: RunDecisions, data_dir: str, out_dir: Path,
 def main(argv=None) -> None:
     parser = step.parser(__doc__, environment=True)
     parser.add_argument("--data", required=True, help="tokenized DatasetDict folder")
+    parser.add_argument("--raw", help="raw DatasetDict folder (evaluation during training of a QA task)")
     parser.add_argument("--out", required=True, help="run folder: model/, train_metrics.json, checkpoints/")
     parser.add_argument("--log-dir", required=True, help="folder for rank<N>.log and rank<N>.exit")
     args = parser.parse_args(argv)
     with logs.exit_status(args.log_dir, ranks.read().rank) as status:
         config, decisions = step.read_view(args, TrainView), step.read_decisions(args)
-        train(config, decisions, args.data, Path(args.out), args.log_dir, status)
+        train(config, decisions, args.data, Path(args.out), args.log_dir, status, args.raw)
 
 
 if __name__ == "__main__":
