@@ -186,7 +186,17 @@ def build(dist: DistributedSettings, info: dict, program: list[str], workdir=Non
         addr = master_addr(hosts)
         env = rank_env(info, dist.env, addr, master_port(addr))
         program = pin_command(threads, program)
-    return ranks_argv(dist, info["mpi"], hosts, ppn, threads, env, program, workdir)
+    return ranks_argv(dist, info["mpi"], hosts, ppn, threads, env, program, workdir, tracker_variables())
+
+
+# What rank 0's trackers read (report.trackers), forwarded by name when set:
+# the launch node's values reach the first node, and a token never shows in argv.
+TRACKER_VARIABLES = ("MLFLOW_TRACKING_URI", "MLFLOW_TRACKING_TOKEN", "MLFLOW_TRACKING_USERNAME",
+                     "MLFLOW_TRACKING_PASSWORD", "WANDB_MODE", "WANDB_API_KEY", "WANDB_BASE_URL", "WANDB_ENTITY")
+
+
+def tracker_variables() -> tuple[str, ...]:
+    return tuple(name for name in TRACKER_VARIABLES if name in os.environ)
 
 
 def ranks_per_node(dist: DistributedSettings, info: dict) -> int:
