@@ -27,6 +27,7 @@ def experiment(work: Path, model: Path, evaluation: dict, **train) -> Path:
     configfile = tiny_experiment(work, model, **train)  # 12 steps: 2 epochs of 6
     config = yaml.safe_load(configfile.read_text())
     config["evaluation"] = {"batch_size": 16, **evaluation}
+    config["distributed"]["retries"] = 0  # a killed try stays failed, its checkpoints to look at
     return write_config(configfile, config)
 
 

@@ -99,3 +99,12 @@ def test_the_config_check_refuses_best_model_without_evaluation_and_a_bad_every(
     done = validate({**base, "evaluation": {"every": "epoch"}, "train": {"best_model": {}}})
     assert done["train"]["best_model"] == {"metric": "auto", "mode": "auto"}
     assert validate(base)["train"]["best_model"] is None and validate(base)["evaluation"]["every"] is None
+
+
+def test_every_n_steps_or_at_epoch_ends_never_both():
+    steps = Evaluator.off()
+    steps.every = 3
+    assert [s for s in range(1, 13) if steps.due(s)] == [3, 6, 9, 12] and not steps.due(6, epoch_end=True)
+    epochs = Evaluator.off()
+    epochs.every = "epoch"
+    assert not any(epochs.due(s) for s in range(1, 13)) and epochs.due(6, epoch_end=True)

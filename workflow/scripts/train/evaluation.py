@@ -108,9 +108,10 @@ class Evaluator:
         return self.every is not None
 
     def due(self, step: int, epoch_end: bool = False) -> bool:
+        """Whether to evaluate after update `step` (in the loop) or at an epoch's end (epoch_end)."""
         if self.every is None:
             return False
-        return epoch_end if self.every == "epoch" else step % self.every == 0
+        return epoch_end if self.every == "epoch" else not epoch_end and step % self.every == 0
 
     def line(self) -> str:
         """What the run does, for the log."""
@@ -139,8 +140,14 @@ class Evaluator:
     def run(self, t, progress, checkpoints) -> bool:
         """Evaluate (a collective), record, checkpoint with best_model; True to stop early."""
         start = time.perf_counter()
-        result = [self.scores(t) if self.rank == 0 else None]
+        try:
+            result = [self.scores(t) if self.rank == 0 else None]
+        except Exception as err:  # every rank learns of it, rather than waiting out the timeout
+            result = [f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"]
         dist.broadcast_object_list(result)  # the other ranks wait here for rank 0's metrics
+        if isinstance(result[0], str):
+            raise UserError(f"evaluation during training failed on rank 0 at step {progress.step}: {result[0]}; "
+                            "set evaluation.every null to train without it")
         gained = record(progress, result[0], self.metric, self.mode, self.patience)
         self.log.info(f"evaluation at step {progress.step}: " + ", ".join(f"{k} {v:.4f}" for k, v in
                       result[0].items()) + (" (best so far)" if gained else
