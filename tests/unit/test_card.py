@@ -52,6 +52,13 @@ def test_train_card_has_no_results_and_a_local_base_model_by_name(tmp_path):
     assert loaded.data.datasets == [get_task("cola").hub_path] and "## Deployment" not in loaded.text
 
 
+def test_base_model_of_a_fetched_hub_copy_is_its_hub_id():
+    from workflow.scripts.common.model_copy import fetched_dir
+
+    assert card.base_model(fetched_dir("glue", "google-bert/bert-base-uncased")) == "google-bert/bert-base-uncased"
+    assert card.base_model("distilbert-base-uncased") == "distilbert-base-uncased"
+
+
 def test_git_commit_reads_a_packed_ref(tmp_path):
     (tmp_path / ".git").mkdir()
     (tmp_path / ".git/HEAD").write_text("ref: refs/heads/main\n")

@@ -53,6 +53,9 @@ def git_commit(root: Path = ROOT) -> str | None:
 
 def base_model(model: str) -> str:
     """A Hub id as given; a local folder by its name (the Hub knows no local path)."""
+    path = Path(model)
+    if path.parent.name == "models" and path.parent.parent.name == "data":  # a Hub id's copy (model_copy.fetched_dir)
+        return path.name.replace("--", "/")
     return Path(model).name if os.path.isdir(model) or model.startswith(("/", ".")) else model
 
 
