@@ -9,7 +9,6 @@ from __future__ import annotations
 import copy
 import json
 import importlib.util
-import re
 from pathlib import Path
 
 import jsonschema
@@ -20,16 +19,12 @@ from workflow.scripts.common.errors import UserError
 from workflow.scripts.settings import sweep as sweeps
 from workflow.scripts.settings.hostfile import check_nodes
 from workflow.scripts.settings.layers import coerce
+from workflow.scripts.settings.model_id import is_hub_id_form
 from workflow.scripts.settings.recipe import RecipeError, apply_required_threads, with_task_defaults
 from workflow.scripts.common.tasks import formats_for, get_task
 
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "schemas" / "config.schema.yaml"
 SWEEP_SECTIONS = sweeps.SECTIONS
-# A Hub id as huggingface_hub's validate_repo_id takes it (ASCII only): name or
-# namespace/name, each 1-96 of letters, digits, '-', '_', '.', starting and
-# ending with a letter, digit or '_'; no '--' or '..', no trailing '.git'.
-_HUB_PART = r"[A-Za-z0-9_](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9_])?"
-HUB_ID = re.compile(rf"{_HUB_PART}(?:/{_HUB_PART})?")
 
 
 class ConfigError(ValueError):
@@ -193,12 +188,6 @@ def resolve_model(model: str) -> str:
     if not path.is_dir():
         raise ConfigError(f"config error: model: no folder '{folder}' in package '{package}'")
     return str(path)
-
-
-def is_hub_id_form(model: str) -> bool:
-    """True when `model` has the form of a Hugging Face Hub id (nothing a shell would read)."""
-    return bool(HUB_ID.fullmatch(model)) and "--" not in model and ".." not in model \
-        and not model.endswith(".git")
 
 
 def check_model(model: str, base: Path = Path(".")) -> None:
