@@ -90,6 +90,7 @@ def test_architecture_trains_saves_evaluates_and_quantizes(kind, tmp_path, minil
     assert int8 is not None and len(list((tmp_path / "int8").iterdir())) > 1
 
 
+@pytest.mark.timeout(2400)  # seven runs of every stage: minutes on a quiet machine, far more on a shared one
 def test_every_family_finishes_its_run(tmp_path, minilm_dir):
     """One workflow, a sweep over tiny models of every family, quantization on: every run ends with
     summary.json and deploy/; a decoder either deploys through OpenVINO or drops it with a reason."""
