@@ -96,6 +96,7 @@ def test_a_sweep_is_tracked_in_mlflow_tensorboard_and_wandb(tmp_path, tiny_model
     assert {"summary.json", "model"} <= artifacts
     assert [a.path for a in client.list_artifacts(two.info.run_id, "model")] == ["model/README.md"]
     assert "summary.json" in {a.path for a in client.list_artifacts(parent.info.run_id)}
+    assert parent.info.status == "FINISHED"
 
     run = tmp_path / "results" / EXPERIMENT / "ppn2"
     events = EventAccumulator(str(run / "tracking" / "tensorboard"))

@@ -1,9 +1,10 @@
 """After training, the MLflow runs get what only the report knows: each
 run's sweep values as parameters (sweep.<key>), its summary figures as
 metrics, and summary.json and the model card (model/README.md) as
-artifacts; the experiment's parent run gets summary.json too. A run is
-found by the tracking.json that training left in its folder; a server that
-cannot be reached costs one warning line, never the report."""
+artifacts; the experiment's parent run gets summary.json too, and is
+marked finished. A run is found by the tracking.json that training left in
+its folder; a server that cannot be reached costs one warning line, never
+the report."""
 
 from __future__ import annotations
 
@@ -43,6 +44,7 @@ def attach_run(record: dict, run_dir: Path, entry: dict, summary_path: Path, par
     parent = record.get("parent_run_id")
     if parent and (record.get("uri"), parent) not in parents:
         client.log_artifact(parent, str(summary_path))
+        client.set_terminated(parent, "FINISHED")  # its runs are summarized
         parents.add((record.get("uri"), parent))
 
 
