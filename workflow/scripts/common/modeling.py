@@ -87,7 +87,9 @@ def load_model(model: str, task: tasks.Task, trust_remote_code: bool = False, to
 
 
 def accepted_columns(model, columns) -> list[str]:
-    """The columns the model's forward takes (DistilBERT has no token_type_ids)."""
+    """The columns the model's forward takes (DistilBERT has no token_type_ids);
+    under train.lora those of the model inside peft's wrapper (whose forward takes **kwargs)."""
+    model = model.get_base_model() if hasattr(model, "get_base_model") else model
     accepted = set(inspect.signature(model.forward).parameters)
     return [c for c in columns if c in accepted]
 

@@ -36,7 +36,7 @@ def matrices(model) -> list[tuple[int, int]]:
     """(n, m) of every gradient PowerSGD compresses (as its hook decides)."""
     shapes = []
     for param in model.parameters():
-        if param.dim() > 1:
+        if param.requires_grad and param.dim() > 1:
             n, m = param.shape[0], param.numel() // param.shape[0]
             if (n + m) * RANK < n * m:
                 shapes.append((n, m))
@@ -57,7 +57,7 @@ def powersgd_seconds(shapes: list[tuple[int, int]]) -> float:
 
 def measure(model) -> dict:
     """{compress_seconds_per_byte: {fp16, bf16, powersgd}, powersgd_ratio}."""
-    total = sum(p.numel() for p in model.parameters()) * 4
+    total = sum(p.numel() for p in model.parameters() if p.requires_grad) * 4  # train.lora: the adapters only
     flat = torch.randn(total // 4)
     shapes = matrices(model)
     compressed = sum(n * m for n, m in shapes) * 4

@@ -33,7 +33,7 @@ from workflow.scripts.common.errors import UserError
 from workflow.scripts.settings.views import PlanView
 from workflow.scripts.nodes import describe
 from workflow.scripts.plan import compress_cost
-from workflow.scripts.train import master
+from workflow.scripts.train import lora, master
 
 
 def shapes() -> dict:
@@ -175,7 +175,7 @@ def profile(config: PlanView, environment: str | None, steps: int, warmup: int, 
     torch.set_num_threads(threads)
     train = config.train
     seq_len = config.plan.seq_len or train.max_seq_length
-    model = build_model(config.model, config.task)
+    model = lora.apply(build_model(config.model, config.task), train.lora)[0]  # only the adapters' gradients
     batch = random_batch(model, train.batch_size, seq_len, tasks.get_task(config.task).is_qa)
     times = measure(model, batch, steps, warmup, precision, barrier, parties)
     costs = compress_cost.measure(model)

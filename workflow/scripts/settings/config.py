@@ -18,6 +18,7 @@ from workflow.scripts.common import hub
 from workflow.scripts.common.errors import UserError
 from workflow.scripts.settings import sweep as sweeps
 from workflow.scripts.settings.hostfile import check_nodes
+from workflow.scripts.settings.adapters import lora_problem
 from workflow.scripts.settings.layers import coerce
 from workflow.scripts.settings.model_id import is_hub_id_form
 from workflow.scripts.settings.recipe import RecipeError, apply_required_threads, with_task_defaults
@@ -122,6 +123,8 @@ def _check_consistency(config: dict) -> None:
         )
     _check_own_data(config)
     _check_evaluation(config)
+    if problem := lora_problem(config):
+        raise ConfigError(f"config error: {problem}")
     fits = formats_for(get_task(config["task"]))
     if data and data["format"] not in fits:
         want = ", ".join(fits[:-1]) + " or " + fits[-1] if len(fits) > 1 else fits[0]

@@ -17,8 +17,9 @@ from workflow.scripts.settings.schema import SCHEMA, View, derive, section_schem
 
 BestModel = derive("BestModel", section_schema("train", "best_model"), {}, module=__name__)
 EarlyStopping = derive("EarlyStopping", section_schema("train", "early_stopping"), {}, module=__name__)
+Lora = derive("Lora", section_schema("train", "lora"), {}, module=__name__)
 _NESTED = {"speed": Levers,  # train.speed: the levers, typed with their rules (settings/levers.py)
-           "best_model": BestModel, "early_stopping": EarlyStopping}
+           "best_model": BestModel, "early_stopping": EarlyStopping, "lora": Lora}
 
 DataFiles = derive("DataFiles", section_schema("data"), {}, skip=("generate",), module=__name__)
 TrainSettings = derive("TrainSettings", section_schema("train"), _NESTED, module=__name__)

@@ -36,7 +36,9 @@ BF16 = torch.bfloat16
 
 def to_bf16_encoder(model) -> list[str]:
     """Make the encoder bf16 and keep the head fp32 (its input widened);
-    the names of the fp32 head modules."""
+    the names of the fp32 head modules. Under train.lora (peft's wrapper)
+    the adapters turn bf16 with the encoder, and get fp32 masters as they train."""
+    model = model.get_base_model() if hasattr(model, "get_base_model") else model
     head = [name for name, _ in model.named_children() if name != model.base_model_prefix]
     model.to(BF16)
     for name in head:
@@ -58,7 +60,8 @@ def step_parts(model, precision: str, lr: float = 1e-5):
 
         to_bf16_encoder(model)
         one_pass = master_kernel.load()[0] is not None
-        return (MasterAdamW([{"params": list(model.parameters())}], lr=lr, fused=True, one_pass=one_pass),
+        trainable = [p for p in model.parameters() if p.requires_grad]  # train.lora: the adapters and the head
+        return (MasterAdamW([{"params": trainable}], lr=lr, fused=True, one_pass=one_pass),
                 autocast_for("fp32"))
     return torch.optim.AdamW(model.parameters(), lr=lr, fused=True), autocast_for(precision)
 

@@ -29,12 +29,18 @@ class Choice:
         return {"model_code": self.code, "model_code_reason": self.why, "model_built": self.built}
 
 
-def build(setting: str, hf_model, is_qa: bool, ipex: bool, levers) -> tuple[object, Choice]:
+def build(setting: str, hf_model, is_qa: bool, ipex: bool, levers, lora: bool = False) -> tuple[object, Choice]:
     """(the model to train, the choice) from the transformers model `hf_model`
-    as load_model gave it; cpuddp asked for where it cannot serve: UserError."""
+    as load_model gave it; cpuddp asked for where it cannot serve: UserError.
+    `lora`: train.lora is set (peft's adapters go on transformers' modules)."""
     kind = "qa" if is_qa else "classification"
     if setting == "transformers":
         return hf_model, Choice("transformers", "set in train.model_code")
+    if lora:
+        if setting == "cpuddp":
+            raise UserError("train.model_code cpuddp cannot train train.lora (peft puts its adapters on "
+                            "transformers' modules); set train.model_code auto or transformers")
+        return hf_model, Choice("transformers", "auto: train.lora puts peft's adapters on transformers' modules")
     if ipex:  # IPEX replaces transformers' modules and saves through them (probes/intel.py)
         if setting == "cpuddp":
             raise UserError("train.model_code cpuddp cannot train under IPEX (it optimizes transformers' modules); "

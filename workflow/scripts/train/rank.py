@@ -39,7 +39,7 @@ from workflow.scripts.settings.decisions import RunDecisions
 from workflow.scripts.settings.views import TrainView
 from workflow.scripts.launch import ranks
 from workflow.scripts.launch.ranks import DistEnv
-from workflow.scripts.train import fault_point, fingerprint, loop, process_group, tracking
+from workflow.scripts.train import fault_point, fingerprint, lora, loop, process_group, tracking
 from workflow.scripts.train.comm import CommTimer
 from workflow.scripts.train.preempt import StopRequests
 from workflow.scripts.train.checkpoint import Checkpointer
@@ -170,6 +170,7 @@ def save_results(job: Job, env: DistEnv, progress: Progress, t: TrainingState, t
     cfg, decisions, out_dir = job.cfg, job.decisions, job.out_dir
     record = {**metrics_record(cfg, decisions, env, progress, t, gathered), "evaluation": evaluation}
     model = intel.plain_model(t.model) if decisions.ipex else t.saved_model()  # fp32, not bf16
+    model = lora.saved(model, cfg.train.lora)  # train.lora: merged (default) or peft's adapter folder
     save_model(model, tokenizer, out_dir / "model")
     card.write_train_card(out_dir / "model", cfg, decisions, hardware.cpu_summary())  # README.md
     write_json(out_dir / "train_metrics.json", record)

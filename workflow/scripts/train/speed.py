@@ -91,7 +91,10 @@ def _optimizer(model, value: str, parts: Parts) -> str | None:
 
 
 def _embedding_allreduce(model, value: str, parts: Parts) -> str | None:
-    parts.rows_of = model.get_input_embeddings().weight
+    weight = model.get_input_embeddings().weight
+    if not weight.requires_grad:
+        return "the word embedding is frozen (train.lora): it has no gradient to all-reduce"
+    parts.rows_of = weight
     return None
 
 

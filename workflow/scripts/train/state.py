@@ -21,7 +21,7 @@ from workflow.scripts.common.modeling import accepted_columns, autocast_for, loa
 from workflow.scripts.settings.views import TrainSettings, TrainView
 from workflow.scripts.launch.ranks import DistEnv
 from workflow.scripts.data.batching import DistributedLengthGroupedSampler, pad_collate
-from workflow.scripts.train import master, master_kernel, model_code, speed
+from workflow.scripts.train import lora, master, master_kernel, model_code, speed
 from workflow.scripts.train.master import MasterAdamW
 from workflow.scripts.train.comm import CommTimer
 
@@ -177,10 +177,10 @@ def one_pass_choice(parts: speed.Parts | None, decisions: RunDecisions | None) -
 def make_optimizer(model, train: TrainSettings, total_steps: int, decisions: RunDecisions | None = None,
                    parts: speed.Parts | None = None, log=None):
     undecayed = undecayed_names(model)
+    trainable = [(n, p) for n, p in model.named_parameters() if p.requires_grad]  # train.lora freezes the rest
     groups = [
-        {"params": [p for n, p in model.named_parameters() if n not in undecayed],
-         "weight_decay": train.weight_decay},
-        {"params": [p for n, p in model.named_parameters() if n in undecayed], "weight_decay": 0.0},
+        {"params": [p for n, p in trainable if n not in undecayed], "weight_decay": train.weight_decay},
+        {"params": [p for n, p in trainable if n in undecayed], "weight_decay": 0.0},
     ]
     one_pass, why = one_pass_choice(parts, decisions)
     if log and why:
@@ -209,9 +209,13 @@ def build(cfg: TrainView, decisions: RunDecisions, data_dir: str, env: DistEnv, 
     torch.manual_seed(train_cfg.seed)  # identical init; DDP broadcasts rank 0's anyway
     tokenizer = load_tokenizer(cfg.model, cfg.trust_remote_code)
     loaded = load_model(cfg.model, task, cfg.trust_remote_code, tokenizer)
-    model, choice = model_code.build(train_cfg.model_code, loaded, task.is_qa, decisions.ipex, decisions.levers)
+    model, choice = model_code.build(train_cfg.model_code, loaded, task.is_qa, decisions.ipex, decisions.levers,
+                                     lora=train_cfg.lora is not None)
     del loaded
     log.info(choice.line())
+    model, adapters = lora.apply(model, train_cfg.lora)  # train.lora: peft's adapters, the rest frozen
+    if adapters:
+        log.info(adapters)
     if decisions.precision == "bf16_master":
         head = master.to_bf16_encoder(model)
         log.info(f"bf16_master: the encoder in bf16, {', '.join(head)} in fp32, fp32 masters in the optimizer")
