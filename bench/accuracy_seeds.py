@@ -2,7 +2,7 @@
 and bf16_master against the exact autocast path, and the Trainer at its best.
 
     .venv/bin/python -m bench.accuracy_seeds [--seeds 42 7 1] [--epochs 3] [--lr 5e-5]
-        [--tasks mrpc stsb] [--rows trainer exact bf16_master defaults] [--train-size 1600]
+        [--tasks mrpc stsb] [--rows trainer exact bf16_master defaults lora] [--lora-lr 5e-4] [--train-size 1600]
         [--max-steps N] [--json bench/results/accuracy-seeds.json] [--plot PNG]
 
 The seed alone moves dev scores on 400 pairs by several points, so one run
@@ -18,7 +18,10 @@ and global batch 32 (2 ranks x 1 thread):
   native, else fp32, only the exact step levers (levers.exact_only: 32-bit
   dropout draws);
 - bf16_master: cpuddp, train.precision bf16_master (only where native);
-- defaults: cpuddp, train.precision auto.
+- defaults: cpuddp, train.precision auto;
+- lora (only when asked for in --rows): as exact, with train.lora's
+  defaults (rank 8 on query and value, the head in full, merged) at
+  --lora-lr (adapters take a larger rate than full fine-tuning).
 
 Each cpuddp model is scored on dev in fp32 (batches of 64); the Trainer
 scores its own. Losses are logged every 5 steps. bench/accuracy_judge.py
@@ -54,8 +57,9 @@ from workflow.helpers.snakemake_env import prepare_job_environment
 from workflow.scripts.data.batching import pad_collate
 from workflow.scripts.train.runs import run_training
 
-ROW_KEYS = ("trainer", "exact", "bf16_master", "defaults")
-CANDIDATES = ("bf16_master", "defaults")
+ROW_KEYS = ("trainer", "exact", "bf16_master", "defaults", "lora")
+DEFAULT_ROWS = ROW_KEYS[:4]  # `make bench-accuracy`: lora only when asked for
+CANDIDATES = ("bf16_master", "defaults", "lora")
 """The rows judged against `exact`."""
 
 
@@ -70,6 +74,8 @@ class Settings:
     """Steps between logged losses: 5, or a quarter of max_steps below 20."""
     bf16: bool
     """The CPU has native bf16 (hardware.has_native_bf16)."""
+    lora_lr: float = 5e-4
+    """The learning rate of the lora row."""
 
     def __post_init__(self):
         if self.epochs <= 0 or self.lr <= 0 or (self.max_steps is not None and self.max_steps < 1):
@@ -80,18 +86,22 @@ class Settings:
 def row_names(bf16: bool) -> dict[str, str]:
     return {"trainer": f"Trainer at its best ({'bf16' if bf16 else 'fp32'})",
             "exact": f"cpuddp exact ({'bf16 autocast' if bf16 else 'fp32'})",
-            "bf16_master": "cpuddp bf16_master", "defaults": "cpuddp defaults (auto)"}
+            "bf16_master": "cpuddp bf16_master", "defaults": "cpuddp defaults (auto)",
+            "lora": f"cpuddp LoRA r 8 ({'bf16 autocast' if bf16 else 'fp32'}, exact levers)"}
 
 
 def row_precision(key: str, bf16: bool) -> str:
-    return {"exact": "bf16" if bf16 else "fp32", "bf16_master": "bf16_master", "defaults": "auto"}[key]
+    return {"exact": "bf16" if bf16 else "fp32", "lora": "bf16" if bf16 else "fp32", "bf16_master": "bf16_master",
+            "defaults": "auto"}[key]
 
 
-def cpuddp_config(model: str, task: str, precision: str, s: Settings, seed: int, exact: bool = False) -> dict:
-    """`exact`: the levers that change what a step computes off (levers.exact_only)."""
+def cpuddp_config(model: str, task: str, precision: str, s: Settings, seed: int, exact: bool = False,
+                  lora: bool = False) -> dict:
+    """`exact`: the levers that change what a step computes off (levers.exact_only); `lora`: train.lora's defaults."""
     config = full_config(model, s.max_steps, precision, levers.exact_only().as_dict() if exact else None)
     config["task"] = task
-    config["train"].update(epochs=s.epochs, learning_rate=s.lr, seed=seed, log_every=s.log_every)
+    config["train"].update(epochs=s.epochs, learning_rate=s.lora_lr if lora else s.lr, seed=seed,
+                           log_every=s.log_every, **({"lora": {}} if lora else {}))
     return cfg.validate(config)
 
 
@@ -112,10 +122,10 @@ def dev_scores(model_dir: Path, data: Path, task: str, batch: int = 64) -> dict:
 
 
 def run_cpuddp(work: Path, model: str, data: Path, task: str, precision: str, s: Settings, seed: int,
-               exact: bool = False) -> dict:
-    out = work / f"cpuddp-{task}-{precision}-{seed}{'-exact' if exact else ''}"
+               exact: bool = False, lora: bool = False) -> dict:
+    out = work / f"cpuddp-{task}-{precision}-{seed}{'-exact' if exact else ''}{'-lora' if lora else ''}"
     out.mkdir(parents=True)
-    info, metrics = run_training(cpuddp_config(model, task, precision, s, seed, exact), str(data), out,
+    info, metrics = run_training(cpuddp_config(model, task, precision, s, seed, exact, lora), str(data), out,
                                  f"cpuddp accuracy run ({task}, precision {precision}, seed {seed})")
     return {"precision": info["precision"], "levers": info.get("levers"), "steps": metrics["steps"],
             "samples_per_second": metrics["train_samples_per_second"], "scores": dev_scores(out / "model", data, task),
@@ -139,7 +149,8 @@ def run_row(key: str, work: Path, model: str, data: Path, task: str, s: Settings
     if key == "trainer":
         result = run_trainer(work, model, data, task, s, seed)
     else:
-        result = run_cpuddp(work, model, data, task, row_precision(key, s.bf16), s, seed, exact=key == "exact")
+        result = run_cpuddp(work, model, data, task, row_precision(key, s.bf16), s, seed,
+                            exact=key in ("exact", "lora"), lora=key == "lora")
     return {**result, "wall_seconds": round(time.perf_counter() - start, 1)}
 
 
@@ -149,7 +160,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--epochs", type=float, default=3.0)
     parser.add_argument("--lr", type=float, default=5e-5)
     parser.add_argument("--tasks", nargs="+", choices=list(judge.METRICS), default=list(judge.METRICS))
-    parser.add_argument("--rows", nargs="+", choices=ROW_KEYS, default=list(ROW_KEYS))
+    parser.add_argument("--rows", nargs="+", choices=ROW_KEYS, default=list(DEFAULT_ROWS))
+    parser.add_argument("--lora-lr", type=float, default=5e-4, help="the lora row's learning rate")
     parser.add_argument("--train-size", type=int, default=1600, help="training pairs per task (dev: 400)")
     parser.add_argument("--dev-size", type=int, default=400)
     parser.add_argument("--max-steps", type=int, default=None, help="cap on steps per run (smoke runs)")
@@ -165,7 +177,7 @@ def main() -> None:
     cpu = hardware.cpu_summary()
     bf16 = hardware.has_native_bf16(cpu["isa_flags"])
     log_every = 5 if not args.max_steps or args.max_steps >= 20 else max(1, args.max_steps // 4)
-    s = Settings(args.epochs, args.lr, args.max_steps, log_every, bf16)
+    s = Settings(args.epochs, args.lr, args.max_steps, log_every, bf16, args.lora_lr)
     command = " ".join(["python -m bench.accuracy_seeds", *sys.argv[1:]])
     names = row_names(bf16)
     rows, skipped = [k for k in ROW_KEYS if k in args.rows], {}

@@ -21,7 +21,7 @@ needs_ccl = pytest.mark.skipif(importlib.util.find_spec("oneccl_bindings_for_pyt
                                reason="oneCCL bindings (the Intel env): runs in `make test-intel`")
 
 
-@pytest.mark.parametrize("name", ["demo", "demo-squad", "demo-sweep",
+@pytest.mark.parametrize("name", ["demo", "demo-squad", "demo-sweep", "demo-lora",
                                   pytest.param("demo-ccl", marks=[pytest.mark.intel, needs_ccl])])
 def test_a_demo_experiment_runs_as_checked_in(tmp_path, name):
     snakemake(tmp_path, REPO / "experiments" / f"{name}.yaml", "--config", *SMALL, timeout=1100)

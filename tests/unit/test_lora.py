@@ -144,3 +144,49 @@ def test_config_check_says_what_lora_cannot_do_in_one_line():
     assert "set quantization.enabled false or train.lora.merge true" in error(
         train={"lora": {"merge": False}}, quantization={"enabled": True})
     assert cfg.validate({**BASE, "train": {"lora": {"merge": False, "target_modules": ["query"]}}})
+
+
+@pytest.fixture
+def data_dir(tmp_path):
+    import datasets
+
+    torch.manual_seed(0)
+    ids = [[101] + torch.randint(1000, 2000, (3 + i % 7,)).tolist() + [102] for i in range(16)]
+    rows = {"input_ids": ids, "attention_mask": [[1] * len(r) for r in ids],
+            "token_type_ids": [[0] * len(r) for r in ids], "labels": [i % 2 for i in range(16)]}
+    datasets.DatasetDict({"train": datasets.Dataset.from_dict(rows)}).save_to_disk(tmp_path / "data")
+    return str(tmp_path / "data")
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16_master"])
+def test_the_built_state_trains_the_adapters_and_head_alone(tiny_model_dir, data_dir, precision):
+    import logging
+
+    import torch.distributed as dist
+
+    from workflow.scripts.launch.ranks import DistEnv
+    from workflow.scripts.settings.decisions import RunDecisions
+    from workflow.scripts.settings.views import TrainView
+    from workflow.scripts.train.loop import train_step
+    from workflow.scripts.train.state import build
+
+    cfg = TrainView.of({"task": "mrpc", "model": str(tiny_model_dir),
+                        "train": {"batch_size": 4, "max_steps": 2, "lora": {"r": 2}}})
+    decisions = RunDecisions("gloo", precision, 1, 1, 1, levers=levers.choose(levers.Levers())[0])
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        state, _ = build(cfg, decisions, data_dir, DistEnv(0, 1, 0, 1, "none"), logging.getLogger("test_lora"))
+        assert state.choice.code == "transformers" and lora.is_wrapped(state.model)
+        trainable = {id(p) for p in state.model.parameters() if p.requires_grad}
+        held = [p for g in state.optimizer.param_groups for p in g["params"]]
+        held = state.optimizer.model_params if precision == "bf16_master" else held
+        assert {id(p) for p in held} == trainable
+        assert "token_type_ids" in next(iter(state.loader))  # the columns of the model inside peft's wrapper
+        before = {n: p.detach().clone() for n, p in state.model.named_parameters()}
+        state.ddp_model.train()
+        train_step(state, [next(iter(state.loader))])
+        moved = {n for n, p in state.model.named_parameters() if not torch.equal(before[n], p)}
+        assert moved and all("lora_" in n or "modules_to_save" in n for n in moved), moved
+        del state
+    finally:
+        dist.destroy_process_group()
