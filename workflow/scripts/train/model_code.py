@@ -46,6 +46,10 @@ def build(setting: str, hf_model, is_qa: bool, ipex: bool, levers, lora: bool = 
             raise UserError("train.model_code cpuddp cannot train under IPEX (it optimizes transformers' modules); "
                             "set train.ipex false or train.model_code transformers")
         return hf_model, Choice("transformers", "auto: IPEX optimizes transformers' modules")
+    if hasattr(hf_model, "peft_config"):  # train.lora: peft's adapters wrap transformers' modules
+        if setting == "cpuddp":
+            raise UserError("train.model_code cpuddp cannot train LoRA adapters; set train.model_code auto")
+        return hf_model, Choice("transformers", "auto: LoRA adapters (peft) wrap transformers' modules")
     hash_dropout = levers.dropout == "fast" and levers.dropout_mask == "hash"
     model, why_not = encoder.build(hf_model, kind, hash_dropout=hash_dropout)
     if model is None:
