@@ -68,11 +68,6 @@ def apply(model, lora) -> tuple[object, str | None]:
                      f"parameters train ({100 * trainable / total:.2f}%)")
 
 
-def unwrapped(model):
-    """The transformers model inside peft's wrapper (with the adapters in its modules), else `model`."""
-    return model.get_base_model() if hasattr(model, "get_base_model") else model
-
-
 def is_wrapped(model) -> bool:
     from peft import PeftModel
 
