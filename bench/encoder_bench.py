@@ -1,8 +1,8 @@
 """One rank's forward + backward on one thread: transformers' model as it
 is (eager and sdpa attention) against cpuddp's packed encoder
 (workflow/scripts/train/encoder/), MiniLM's shape (the packaged model),
-batches of real MRPC token lengths (../shared/data/glue-lengths.json, cut
-into length-grouped batches as cpuddp's sampler cuts them), bf16 encoders
+batches of real MRPC token lengths (bench/real_lengths.py, cut into
+length-grouped batches as cpuddp's sampler cuts them), bf16 encoders
 with fp32 heads (train.precision bf16_master), dropout on as in training.
 Rows of our own also switch one of its choices off, to show what it gives.
 
@@ -14,7 +14,6 @@ alternate round by round and the median per row is printed."""
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import time
@@ -23,25 +22,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from bench.real_lengths import draw
 from workflow.scripts.probes import hardware
-
-LENGTHS = Path(__file__).resolve().parents[2] / "shared" / "data" / "glue-lengths.json"
-
-
-def real_lengths(task: str, count: int, seed: int = 0) -> np.ndarray:
-    """`count` token lengths drawn from the task's histogram (8-token bins, uniform within a bin)."""
-    table = json.loads(LENGTHS.read_text())[task]
-    starts = np.array([int(b) for b in table["histogram_bin8"]])
-    weights = np.array(list(table["histogram_bin8"].values()), dtype=float)
-    rng = np.random.default_rng(seed)
-    bins = rng.choice(len(starts), size=count, p=weights / weights.sum())
-    return np.clip(starts[bins] + rng.integers(0, 8, size=count), 4, table["max"])
-
 
 def grouped_batches(task: str, batch: int, count: int, seed: int = 0) -> list[dict]:
     """Right-padded batches as cpuddp's sampler makes them: lengths sorted
     within a mega-batch after a +-10% jitter, cut into batches of `batch`."""
-    lengths = real_lengths(task, batch * 50, seed)
+    lengths = draw(task, batch * 50, seed)
     rng = np.random.default_rng(seed + 1)
     order = np.argsort(-lengths * rng.uniform(0.9, 1.1, size=len(lengths)), kind="stable")
     picks = rng.choice(50, size=count, replace=False)

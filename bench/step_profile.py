@@ -1,8 +1,9 @@
 """Where one rank's training step goes (for make bench): a torch.profiler
-profile by op of forward, backward and the fused AdamW step on one thread,
-the share of matrix multiplication in it, and this CPU's matmul peak at the
-training precision (the bench's own measurement, the yardstick of useful
-FLOP/s).
+profile by op of forward, backward and the optimizer step on one thread,
+of the model it is given (cpuddp's encoder or transformers' model, as the
+row trained), the share of matrix multiplication in it, and this CPU's
+matmul peak at the training precision (the bench's own measurement, the
+yardstick of useful FLOP/s).
 """
 
 from __future__ import annotations
@@ -44,13 +45,18 @@ def step_function(model, precision: str, batch: dict):
     return step
 
 
-def profile_step(model, precision: str, batch_size: int = 16, seq_len: int = 64, steps: int = 4) -> dict:
-    """Shares of one rank's step by op (self CPU time), matmul summed."""
+def profile_step(model, precision: str, batch_size: int = 16, seq_len: int = 64, steps: int = 4,
+                 lengths: list[int] | None = None) -> dict:
+    """Shares of one rank's step by op (self CPU time), matmul summed: a
+    batch of `batch_size` x `seq_len` tokens, or of rows `lengths` long,
+    right-padded to the longest (as a per-batch padding collator pads)."""
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    batch = {"input_ids": torch.randint(1000, 20000, (batch_size, seq_len)),
-             "attention_mask": torch.ones(batch_size, seq_len, dtype=torch.long),
-             "labels": torch.randint(0, 2, (batch_size,))}
+    lengths = torch.tensor(lengths or [seq_len] * batch_size)
+    mask = (torch.arange(int(lengths.max())) < lengths.unsqueeze(1)).long()
+    regression = model.config.num_labels == 1
+    batch = {"input_ids": torch.randint(1000, 20000, mask.shape).masked_fill(mask == 0, 0), "attention_mask": mask,
+             "labels": torch.rand(len(lengths)) * 5 if regression else torch.randint(0, 2, (len(lengths),))}
     model.train()
     step = step_function(model, precision, batch)
     for _ in range(3):
