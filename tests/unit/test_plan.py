@@ -129,3 +129,21 @@ def test_bf16_master_profiles_half_the_gradient_bytes(tiny_model_dir):
     half = sum(b for b, _ in measure.measure(model, batch, steps=1, warmup=0, precision="bf16_master")["grads"])
     head = sum(p.numel() * 4 for p in model.classifier.parameters())
     assert half == (full - head) // 2 + head
+
+
+@pytest.mark.parametrize("model_code, lora, taken", [("auto", None, "cpuddp"), ("transformers", None, "transformers"),
+                                                     ("auto", {"r": 4}, "transformers")])
+def test_the_profile_measures_the_model_code_training_takes(tiny_model_dir, model_code, lora, taken):
+    """plan/profile.py builds the model as train/state.py does: cpuddp's
+    encoder where train.model_code auto picks it, transformers' under LoRA."""
+    from workflow.scripts.plan import profile as measure
+    from workflow.scripts.settings import config as cfg
+    from workflow.scripts.settings.views import PlanView
+
+    config = PlanView.pick(cfg.validate({
+        "task": "mrpc", "model": str(tiny_model_dir),
+        "train": {"model_code": model_code, "lora": lora, "batch_size": 4, "max_seq_length": 16, "precision": "fp32",
+                  "ipex": False},
+        "distributed": {"processes_per_node": 1, "threads_per_process": 1}}))
+    result = measure.profile(config, None, steps=1, warmup=0)
+    assert result["model_code"] == taken and result["grads"] and result["forward"] > 0

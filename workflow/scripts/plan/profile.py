@@ -7,9 +7,13 @@ backward and how many bytes it has, and what gradient compression costs.
 C is the plan's configuration slice or an experiment file. The model is
 built from its configuration only (random weights: the time does not depend
 on them), so a Hub model's shape needs no download when it is one of
-SHAPES. Batches are random tokens of the experiment's per-rank batch size
+SHAPES, then as training builds it (train/state.py): through
+train.model_code (cpuddp's own encoder where auto picks it, else
+transformers' model), train.lora and the train.speed levers, with the IPEX
+and levers the run's environment.json records, or as the environment check
+would decide them. Batches are random tokens of the experiment's per-rank batch size
 and `plan.seq_len` (default train.max_seq_length), under DDP on a one-rank
-gloo group, with the fused AdamW that training uses.
+gloo group, with the optimizer that training uses.
 """
 
 from __future__ import annotations
@@ -33,7 +37,10 @@ from workflow.scripts.common.errors import UserError
 from workflow.scripts.settings.views import PlanView
 from workflow.scripts.nodes import describe
 from workflow.scripts.plan import compress_cost
-from workflow.scripts.train import lora, master
+from workflow.scripts.probes import intel
+from workflow.scripts.settings import levers
+from workflow.scripts.settings.decisions import RunDecisions
+from workflow.scripts.train import lora, master, model_code, speed
 
 
 def shapes() -> dict:
@@ -78,7 +85,7 @@ def random_batch(model, batch_size: int, seq_len: int, qa: bool) -> dict:
         batch["start_positions"] = torch.zeros(batch_size, dtype=torch.long)
         batch["end_positions"] = torch.ones(batch_size, dtype=torch.long)
     else:
-        batch["labels"] = torch.zeros(batch_size, dtype=torch.long) if model.num_labels > 1 else \
+        batch["labels"] = torch.zeros(batch_size, dtype=torch.long) if model.config.num_labels > 1 else \
             torch.zeros(batch_size)
     return batch
 
@@ -162,6 +169,18 @@ def decisions(config: PlanView, environment: str | None) -> tuple[str, int]:
     return precision, min(threads, hardware.usable_cores(cpu))  # an experiment written for bigger nodes
 
 
+def model_choices(config: PlanView, environment: str | None) -> tuple[bool, levers.Levers]:
+    """(IPEX, the train.speed levers) as the run's environment check decided
+    them, or decided here as it decides them (IPEX by what is installed: not
+    imported here, as a mismatched IPEX ends the process that imports it)."""
+    if environment:
+        decided = RunDecisions.of(read_json(environment))
+        return decided.ipex, decided.levers
+    train, dist_cfg = config.train, config.distributed
+    ipex = train.ipex is True or (train.ipex == "auto" and intel.installed_versions()[intel.IPEX_MODULE] is not None)
+    return ipex, levers.choose(train.speed, levers.Context(dist_cfg.nodes, dist_cfg.gradient_compression))[0]
+
+
 def load(path: str, profile: str | None = None) -> PlanView:
     """The plan's configuration slice (JSON) or an experiment file (validated,
     under `profile`'s cluster file when given)."""
@@ -175,11 +194,16 @@ def profile(config: PlanView, environment: str | None, steps: int, warmup: int, 
     torch.set_num_threads(threads)
     train = config.train
     seq_len = config.plan.seq_len or train.max_seq_length
-    model = lora.apply(build_model(config.model, config.task), train.lora)[0]  # only the adapters' gradients
-    batch = random_batch(model, train.batch_size, seq_len, tasks.get_task(config.task).is_qa)
+    is_qa = tasks.get_task(config.task).is_qa
+    ipex, chosen = model_choices(config, environment)
+    model, choice = model_code.build(train.model_code, build_model(config.model, config.task), is_qa, ipex, chosen,
+                                     lora=train.lora is not None)  # the model code training takes
+    model = lora.apply(model, train.lora)[0]  # only the adapters' gradients
+    speed.apply(model, chosen, speed.Parts(precision=precision))
+    batch = random_batch(model, train.batch_size, seq_len, is_qa)
     times = measure(model, batch, steps, warmup, precision, barrier, parties)
     costs = compress_cost.measure(model)
-    return {"model": config.model, "parameters": sum(p.numel() for p in model.parameters()),
+    return {"model": config.model, "model_code": choice.code, "parameters": sum(p.numel() for p in model.parameters()),
             "batch_size": train.batch_size, "seq_len": seq_len, "precision": precision, "threads": threads,
             "processes_per_node": config.distributed.processes_per_node,
             "log_every": train.log_every, **times, **costs,
@@ -200,7 +224,8 @@ def main(argv=None) -> None:
     config = load(args.config, args.cluster_profile)
     result = profile(config, args.environment, args.steps, args.warmup, args.barrier, args.parties)
     write_json(args.out, result)
-    print(f"profile: {result['model']}, batch {result['batch_size']} x {result['seq_len']} tokens, "
+    print(f"profile: {result['model']} ({result['model_code']}'s model code), batch {result['batch_size']} x "
+          f"{result['seq_len']} tokens, "
           f"{result['threads']} thread(s), {result['precision']}: forward {result['forward']:.3f} s, backward "
           f"{result['backward']:.3f} s, update {result['update']:.3f} s; "
           f"{sum(b for b, _ in result['grads']) / 1e6:.1f} MB of gradients -> {args.out}")
