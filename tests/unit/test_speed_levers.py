@@ -123,7 +123,7 @@ def test_on_transformers_models_only_exact_levers_that_replace_no_forward():
     on = {name for name, state in status.items() if state.startswith("on")}
     assert on == {"attention", "dropout", "embedding_allreduce", "optimizer"}, status
     assert all(levers.RULES[name].exact or name == "optimizer" for name in on)
-    assert status["padding"] == f"off: {speed.PATCHING}" and status["dropout_bits"] == f"off: {speed.INEXACT}"
+    assert status["padding"] == f"off: {speed.PATCHING}" and status["dropout_bits"] == f"off: {speed.UNDRAWN}"
     assert parts.rows_of is model.get_input_embeddings().weight
     assert replaced_forwards(model) == []
     _, status = speed.apply(tiny("Bert", "sdpa"), levers.all_off())

@@ -5,7 +5,8 @@ The environment check records both in environment.json (`levers`,
 `levers_reason`), and every step reads them from there.
 
 Adding a lever: its key in the schema (train.speed: the field of `Levers`),
-a rule here, its function in train/speed.py (`APPLY`), and its test."""
+a rule here, its function in train/speed.py (per model code: `SHARED` or
+`TRANSFORMERS`, and `ENCODER` for cpuddp's encoder), and its test."""
 
 from __future__ import annotations
 
@@ -44,7 +45,9 @@ class Context:
 @dataclass(frozen=True)
 class Rule:
     off: str | int
-    """The value that leaves the step as torch and transformers have it."""
+    """The value that leaves the step as torch and transformers have it (on
+    cpuddp's encoder: its modules without the lever; attention, padding and
+    softmax are built into it)."""
     auto: Callable[[Context], tuple[str | int, str]]
     """(value, why) for `auto` in this context."""
     needs: tuple = ()
@@ -80,41 +83,46 @@ def _allreduce(context: Context) -> tuple[str, str]:
                    "loopback cost 20 ms of each rank's CPU per 22 MB, AMD EPYC)")
 
 
+# The reasons say where each lever acts: cpuddp's own encoder
+# (train.model_code, train/encoder/), transformers' models, or both
+# (train/speed.py puts each in place, or reports why not).
 RULES: dict[str, Rule] = {
-    "dropout": Rule("torch", _always("fast", "32-bit draws are faster than bernoulli_ on every CPU measured")),
-    "dropout_bits": Rule(32, _always(16, "16-bit draws, four per 64-bit draw, about twice as fast as 32-bit "
-                                             "ones; p exact to 1/65536, within one std of the exact path's "
-                                             "accuracy over seeds (docs/performance.md)"),
+    "dropout": Rule("torch", _always("fast", "on transformers' models their nn.Dropout modules draw the keep-mask "
+                                             "from 32-bit integers (faster than bernoulli_ on every CPU measured); "
+                                             "on cpuddp's encoder it goes with dropout_mask hash (the hash kernel), "
+                                             "else the encoder's dropout is torch's")),
+    "dropout_bits": Rule(32, _always(16, "16, which no model code draws today: cpuddp's encoder's masks are the "
+                                         "hash kernel's (p exact to 1/65536) or torch's, and on transformers' "
+                                         "models fast dropout draws 32 bits (the exact levers only)"),
                          needs=(("dropout", "fast"),), exact=False),
-    "attention": Rule("sdpa", _always("eager", "with attention dropout the CPU sdpa kernel falls back to math; "
-                                               "eager is faster")),
+    "attention": Rule("sdpa", _always("eager", "transformers' models: with attention dropout the CPU sdpa kernel "
+                                               "falls back to math, and eager is faster; cpuddp's encoder has its "
+                                               "own attention on packed tokens")),
     "embedding_allreduce": Rule("dense", _embedding_allreduce),
-    "last_layer": Rule("all", _always("first_token", "a first-token classification head reads only the last "
-                                                     "layer's first token (BERT-style encoders); all for other "
-                                                     "heads and QA")),
-    "embedding_grad": Rule("torch", _always("reuse", "a table kept across steps, zeroing the rows last touched, "
-                                                     "instead of a new one faulting in fresh pages every step "
-                                                     "(the same gradient, on every CPU)")),
-    "softmax": Rule("torch", _always("fp32", "the scores scaled and masked by one op and their softmax computed in "
-                                             "fp32, rounded once: a bf16 attention's scores and softmax 1.4x "
-                                             "faster; within one std of the exact path's accuracy over seeds "
-                                             "(docs/performance.md)"),
-                    needs=(("dropout", "fast"), ("attention", "eager")), exact=False),
-    "padding": Rule("keep", _always("drop", "the encoder layers compute on the real tokens only, packed "
-                                            "(BERT-style classification and QA models; the same outputs at real "
-                                            "positions up to rounding, judged by accuracy over seeds); keep for "
-                                            "other models"),
-                    exact=False),
+    "last_layer": Rule("all", _always("first_token", "cpuddp's encoder computes the last layer for the first "
+                                                     "tokens alone under a first-token classification head "
+                                                     "(every token for QA); transformers' models compute all")),
+    "embedding_grad": Rule("torch", _always("reuse", "cpuddp's encoder writes the word embedding's gradient into "
+                                                     "a table kept across steps, zeroing the rows last touched, "
+                                                     "instead of a new one faulting in fresh pages every step (the "
+                                                     "same gradient); transformers' models keep torch's")),
+    "softmax": Rule("torch", _always("fp32", "fp32, as cpuddp's encoder computes it whatever this says (its "
+                                             "attention's softmax in fp32, rounded once); transformers' models "
+                                             "keep theirs"), exact=False),
+    "padding": Rule("keep", _always("drop", "drop, as cpuddp's encoder computes it whatever this says (every layer "
+                                            "on the packed real tokens); transformers' models compute the "
+                                            "padding"), exact=False),
     "allreduce": Rule("backend", _allreduce),
     "optimizer": Rule("torch", _always("one_pass", "under bf16_master one C kernel widens, clips and applies the "
                                                    "update and rounds the weights in one pass over memory, where "
                                                    "torch takes three; torch's arithmetic without its fused "
                                                    "multiply-adds; torch where no C compiler builds it"),
                       exact=False),
-    "dropout_mask": Rule("stored", _always("hash", "the keep-mask from a hash of the element's index in one C "
-                                                   "pass, recomputed in backward instead of drawn, stored and "
-                                                   "read back; p exact to 1/65536; stored where no C compiler "
-                                                   "builds it"),
+    "dropout_mask": Rule("stored", _always("hash", "cpuddp's encoder takes the keep-mask from a hash of the "
+                                                   "element's index in one C pass, recomputed in backward instead "
+                                                   "of drawn, stored and read back (with dropout fast; p exact to "
+                                                   "1/65536; torch's dropout where no C compiler builds it); "
+                                                   "transformers' models keep stored masks"),
                          needs=(("dropout", "fast"),), exact=False),
 }
 
@@ -142,7 +150,9 @@ def exact_only() -> Levers:
 
 
 def all_off() -> Levers:
-    """Every lever at its `off` value: the step as torch and transformers run it."""
+    """Every lever at its `off` value: the step as torch and transformers run
+    it (on cpuddp's encoder its packed attention on real tokens and fp32
+    softmax stay: they are built in)."""
     return Levers(**{name: rule.off for name, rule in RULES.items()})
 
 

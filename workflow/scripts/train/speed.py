@@ -113,10 +113,11 @@ def _off(why: str):
 
 PATCHING = "it would replace a transformers forward; cpuddp's encoder (train.model_code) has it"
 INEXACT = "not exact, so only on cpuddp's encoder (train.model_code)"
+UNDRAWN = "fast dropout here draws 32 bits (exact); cpuddp's encoder's masks are the hash kernel's or torch's"
 # Levers on both paths, and on transformers' models (values other than the
 # rule's `off`; why not, or None when in place), in this order.
 SHARED = {"embedding_allreduce": _embedding_allreduce, "allreduce": _allreduce, "optimizer": _optimizer}
-TRANSFORMERS = {"attention": _attention, "dropout": _dropout, "dropout_bits": _off(INEXACT),
+TRANSFORMERS = {"attention": _attention, "dropout": _dropout, "dropout_bits": _off(UNDRAWN),
                 "dropout_mask": _off(INEXACT), "last_layer": _off(PATCHING), "padding": _off(PATCHING),
                 "embedding_grad": _off(PATCHING), "softmax": _off(PATCHING), **SHARED}
 
