@@ -1,5 +1,6 @@
 """The data of bench.accuracy_seeds, tokenized with the model's tokenizer:
-MRPC-shaped pairs (train_bench.prepare) and STS-B-shaped ones.
+MRPC-shaped pairs (train_bench.prepare: the demo's pairs fitted to real
+MRPC's token lengths, bench/real_lengths.py) and STS-B-shaped ones.
 
 The project's demo generators have no STS-B; the STS-B-shaped pairs come
 from the MRPC demo's own pair construction (workflow/scripts/data/
@@ -15,8 +16,11 @@ learnable from the text:
 
 plus a uniform jitter of +-0.25 (annotators disagree), clipped to 0-5.
 The shares follow STS-B's spread of scores roughly (a third near 5).
-Sentences are the demo's own lengths: STS-B's are short (about 27
-tokens a pair), so they are not lengthened as the MRPC-shaped ones are.
+The STS-B-shaped pairs keep the demo's own lengths (mean 41 tokens a
+pair, p10 33, p90 50), not real STS-B's (mean 28, median 23): the demo's
+shortest pair has 29 tokens, so fitting them to STS-B's lengths would cut
+away the facts the score is about. The MRPC-shaped pairs reach MRPC's
+lengths mostly by taking words of other sentences, so their labels hold.
 """
 
 from __future__ import annotations

@@ -14,11 +14,15 @@ and global batch 32 (2 ranks x 1 thread):
 
 - trainer: the Trainer at the bench's best setting (per-batch padding,
   length grouping, fused AdamW; bf16 where the CPU has native bf16);
-- exact: cpuddp, train.precision bf16 (autocast over fp32 weights) where
-  native, else fp32, only the exact step levers (levers.exact_only: 32-bit
-  dropout draws);
-- bf16_master: cpuddp, train.precision bf16_master (only where native);
-- defaults: cpuddp, train.precision auto;
+- exact: cpuddp on transformers' model code (train.model_code
+  transformers: cpuddp's own encoder packs tokens and rounds its softmax
+  in fp32, which is not exact), train.precision bf16 (autocast over fp32
+  weights) where native, else fp32, only the exact step levers
+  (levers.exact_only);
+- bf16_master: cpuddp, train.precision bf16_master (only where native),
+  train.model_code auto (its own encoder for the BERT family);
+- defaults: cpuddp, every setting at its default (train.model_code and
+  train.precision auto);
 - lora (only when asked for in --rows): as exact, with train.lora's
   defaults (rank 8 on query and value, the head in full, merged) at
   --lora-lr (adapters take a larger rate than full fine-tuning).
@@ -97,8 +101,10 @@ def row_precision(key: str, bf16: bool) -> str:
 
 def cpuddp_config(model: str, task: str, precision: str, s: Settings, seed: int, exact: bool = False,
                   lora: bool = False) -> dict:
-    """`exact`: the levers that change what a step computes off (levers.exact_only); `lora`: train.lora's defaults."""
-    config = full_config(model, s.max_steps, precision, levers.exact_only().as_dict() if exact else None)
+    """`exact`: transformers' model code with the levers that change what a
+    step computes off (levers.exact_only); `lora`: train.lora's defaults."""
+    config = full_config(model, s.max_steps, precision, levers.exact_only().as_dict() if exact else None,
+                         model_code="transformers" if exact else "auto")
     config["task"] = task
     config["train"].update(epochs=s.epochs, learning_rate=s.lora_lr if lora else s.lr, seed=seed,
                            log_every=s.log_every, **({"lora": {}} if lora else {}))

@@ -58,8 +58,8 @@ def cpu_text() -> str:
 
 
 def bench_config(backend: str, steps: int, dist: dict | None = None) -> dict:
-    config = full_config(cfg.resolve_model(MODEL), steps, 1)
-    config["train"].update(log_every=max(1, steps // 3), ipex=False)  # communication, not IPEX
+    config = full_config(cfg.resolve_model(MODEL), steps, "fp32")
+    config["train"].update(epochs=1, log_every=max(1, steps // 3), ipex=False)  # communication, not IPEX
     config["distributed"].update(backend=backend, **(dist or {}))
     return config
 

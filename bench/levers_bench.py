@@ -4,7 +4,8 @@ work and seeds, against the defaults.
 
     .venv/bin/python -m bench.levers_bench [--steps 40] [--accuracy] [--seeds 42]
 
-The packaged MiniLM on MRPC-shaped pairs (bench/train_bench.py's data), max
+The packaged MiniLM on pairs with real MRPC token lengths
+(bench/train_bench.py's data), fp32 and cpuddp's defaults otherwise, max
 length 128, global batch 32 on 2 ranks x 1 thread. Prints per lever the
 training samples/s, the all-reduce wait share and, with --accuracy (3
 epochs, a few minutes per lever), dev accuracy, with the CPU model and ISA
@@ -75,7 +76,8 @@ def main() -> None:
         steps, epochs = (None, 3) if args.accuracy else (args.steps, 1)
         rows = {}
         for seed in args.seeds:
-            base = full_config(cfg.resolve_model(MODEL), steps, epochs, "fp32", seed)
+            base = full_config(cfg.resolve_model(MODEL), steps, "fp32")
+            base["train"].update(epochs=epochs, seed=seed)
             for i, (name, (dist, train)) in enumerate(LEVERS.items()):
                 out = work / f"seed{seed}-lever{i}"
                 rows.setdefault(name, []).append(measure(out, data, name, lever_config(base, dist, train),
