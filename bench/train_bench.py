@@ -6,9 +6,9 @@ the CPU this runs on, side by side in one run.
 
 Data: generated, with the real task's token lengths (--task, default
 mrpc). Per example a length is drawn from the task's histogram of real
-GLUE token counts under MiniLM's tokenizer (../shared/data/
-glue-lengths.json: 8-token bins, uniform within a bin, the bins cut at the
-file's p10/p50/p90), and the demo's MRPC sentences (workflow/scripts/data/
+GLUE token counts under MiniLM's tokenizer (bench/glue-lengths.json, a
+copy of ../shared/data/glue-lengths.json: 8-token bins, uniform within a
+bin, the bins cut at the file's p10/p50/p90), and the demo's MRPC sentences (workflow/scripts/data/
 demo_mrpc.py) are cut and filled to exactly that many tokens under the
 model's tokenizer (bench/real_lengths.py): pairs for mrpc, stsb and rte,
 single sentences for sst2 and cola. Real MRPC: mean 53 tokens, p50 53, p90
@@ -28,9 +28,9 @@ on 2 ranks x 1 thread, max length 128. The rows:
   the faster of the two on this CPU (flags can lie: a VM with avx512_bf16
   may run bf16 matmuls at half fp32's speed); a further row adds
   torch_compile=True at that precision (left out with --no-compile);
-- cpuddp (defaults): every setting at cpuddp's default, so train.model_code
-  auto trains cpuddp's own encoder (train/encoder/: both models are of the
-  BERT family), train.precision auto, every train.speed lever auto;
+- cpuddp (defaults): train.model_code auto, which trains cpuddp's own
+  encoder (train/encoder/: both models are of the BERT family),
+  train.precision auto, every train.speed lever as its auto rule chooses;
 - cpuddp, step levers off: the same encoder with every train.speed lever at
   its off value (packed attention and the fp32 softmax are built into the
   encoder, not levers);
@@ -49,10 +49,10 @@ count; MRPC's 3,667 pairs: 345 steps) at the measured step time plus this
 run's start-up and warm-up; the share of one rank's step in matrix
 multiplication (torch.profiler by op, one thread, the row's model code
 with its levers, one length-grouped batch: 16 consecutive of 800 drawn
-lengths sorted, at the median, right-padded to its longest); useful FLOP/s (6 x non-embedding
-parameters x real tokens + attention) per rank as a share of this CPU's
-matmul peak at the precision that row trained in, measured here on one
-thread at the model's FFN shape.
+lengths sorted, at the median, right-padded to its longest); useful
+FLOP/s (6 x non-embedding parameters x real tokens + attention) per rank
+as a share of this CPU's matmul peak at the precision that row trained
+in, measured here on one thread at the model's FFN shape.
 """
 
 from __future__ import annotations
