@@ -376,7 +376,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=48, help="steps per MiniLM row")
     parser.add_argument("--bert-steps", type=int, default=16, help="steps per BERT-base row")
     parser.add_argument("--no-compile", action="store_true", help="leave out the torch_compile rows")
-    parser.add_argument("--each-lever", action="store_true", help="add a row per step lever on its own")
+    parser.add_argument("--each-lever", action="store_true",
+                        help="add a row per step lever alone that acts on cpuddp's encoder, and cpuddp's defaults "
+                             "on transformers' model code")
     parser.add_argument("--models", default="minilm,bert", help="which of minilm,bert to run")
     parser.add_argument("--layouts", action="store_true",
                         help="add the Trainer (at its best precision) and cpuddp at 1 rank x 2 threads beside 2 x 1")
