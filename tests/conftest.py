@@ -41,6 +41,23 @@ def tiny_model_dir(tmp_path_factory, minilm_dir) -> Path:
     return out
 
 
+@pytest.fixture(scope="session", autouse=True)
+def layout_cache(tmp_path_factory) -> Path:
+    """processes_per_node auto's layout cache (settings/layout.py) in a folder
+    of the session, inherited by every workflow the tests start: a test never
+    reads or fills the user's ~/.cache/cpuddp/layouts."""
+    from workflow.scripts.settings import layout
+
+    folder = tmp_path_factory.mktemp("layout-cache")
+    previous = os.environ.get(layout.CACHE_ENV)
+    os.environ[layout.CACHE_ENV] = str(folder)
+    yield folder
+    if previous is None:
+        os.environ.pop(layout.CACHE_ENV, None)
+    else:
+        os.environ[layout.CACHE_ENV] = previous
+
+
 # ------------------------------------------------------------ no test hangs
 
 # The integration lane starts ranks and whole workflow runs: a generous timeout.

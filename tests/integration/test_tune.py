@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from helpers.workflow import snakemake
 from helpers.workflow import tiny_experiment
@@ -35,23 +36,5 @@ def test_tune_target_measures_every_layout(tmp_path, tiny_model_dir):
     assert result["best"] == {"processes_per_node": best["processes_per_node"],
                               "threads_per_process": best["threads_per_process"]}
     assert not (tmp_path / "results/tiny/tune/bursts").exists()  # each burst's saved model is gone
-
-
-def test_tuned_layout_is_applied_or_asked_for(tmp_path):
-    from workflow.scripts.settings import config as cfg
-
-    def runs():
-        return {"default": {"distributed": {"processes_per_node": 2, "threads_per_process": "tuned"}}}
-
-    layout = tmp_path / "layout.json"
-    import pytest
-
-    with pytest.raises(cfg.ConfigError, match="run `snakemake ... tune` first"):
-        cfg.apply_tuned_layout(runs(), layout)
-    tuning = runs()
-    cfg.apply_tuned_layout(tuning, layout, tuning=True)
-    assert tuning["default"]["distributed"]["threads_per_process"] == "auto"
-    layout.write_text(json.dumps({"best": {"processes_per_node": 1, "threads_per_process": 2}}))
-    tuned = runs()
-    cfg.apply_tuned_layout(tuned, layout)
-    assert tuned["default"]["distributed"] == {"processes_per_node": 1, "threads_per_process": 2}
+    cached = json.loads(Path(result["cache_file"]).read_text())  # what processes_per_node auto then uses
+    assert cached["table"] == result["table"] and result["cached"] is False

@@ -106,13 +106,19 @@ def test_section_key_at_top_level_names_the_form_that_works():
     assert "--config 'train={epochs: VALUE}'" in message
 
 
-@pytest.mark.parametrize("section, key", [
-    ("train", "batch_size"), ("train", "epochs"), ("distributed", "processes_per_node"),
-])
+@pytest.mark.parametrize("section, key", [("train", "batch_size"), ("train", "epochs")])
 def test_non_positive_sizes(section, key):
     message = error_of(config(**{section: {key: 0}}))
     assert message.startswith(f"config error: {section}.{key}: 0 ")
     assert "minimum" in message
+
+
+@pytest.mark.parametrize("value", [0, "many", "tuned"])
+def test_processes_per_node_is_a_positive_number_or_auto(value):
+    message = error_of(config(distributed={"processes_per_node": value}))
+    assert message.startswith(f"config error: distributed.processes_per_node: {value!r} is not allowed")
+    assert "use a positive integer or 'auto'" in message
+    assert cfg.validate(config())["distributed"]["processes_per_node"] == "auto"  # the default: measured
 
 
 def test_unsupported_task():
@@ -246,7 +252,7 @@ def test_runs_of_a_sweep():
     # each run is its own copy; the experiment config is untouched
     runs["ppn1-gloo"]["distributed"]["env"]["X"] = "1"
     assert runs["ppn2-gloo"]["distributed"]["env"] == {}
-    assert done["distributed"]["processes_per_node"] == 2
+    assert done["distributed"]["processes_per_node"] == "auto"
     assert done["sweep"] == {"processes_per_node": [1, 2], "backend": ["gloo"]}
 
 
@@ -260,10 +266,14 @@ def test_sweep_over_precision_and_threads_sets_their_sections():
 
 def test_slurm_runs_need_a_thread_count():
     """srun: --cpus-per-task is fixed at submission, so auto cannot size it."""
-    slurm = {"launcher": "srun", "nodes": 2, "threads_per_process": "auto"}
+    slurm = {"launcher": "srun", "nodes": 2, "processes_per_node": 2, "threads_per_process": "auto"}
     with pytest.raises(cfg.ConfigError, match="threads_per_process is auto, but with launcher srun"):
         cfg.check_hostfile(cfg.validate(config(distributed=slurm)))
     swept = config(distributed={**slurm, "threads_per_process": 4}, sweep={"threads_per_process": [2, "tuned"]})
     with pytest.raises(cfg.ConfigError, match="threads_per_process is tuned"):
         cfg.check_hostfile(cfg.validate(swept))
     cfg.check_hostfile(cfg.validate(config(distributed={**slurm, "threads_per_process": 4})))
+    # nor can processes_per_node auto size --ntasks-per-node
+    with pytest.raises(cfg.ConfigError, match="processes_per_node is auto, but with launcher srun"):
+        cfg.check_hostfile(cfg.validate(config(distributed={**slurm, "processes_per_node": "auto",
+                                                            "threads_per_process": 4})))

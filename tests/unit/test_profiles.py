@@ -94,9 +94,13 @@ def test_the_run_line_says_where_and_how(tmp_path):
     config = cfg.validate({"task": "qnli", "model": "m", "distributed": {"hostfile": "hostfile", "nodes": 2}})
     line = run_line("default", config, "results/qnli", None, tmp_path)
     assert "using 2 of the hostfile's 4 nodes" in line
-    for part in ("2 rank(s) per node", "threads auto", "backend auto", "MPI auto", "precision auto",
-                 "results in results/qnli/default/"):
+    for part in ("ranks x threads measured (processes_per_node auto", "backend auto", "MPI auto",
+                 "precision auto", "results in results/qnli/default/"):
         assert part in line
+    config["distributed"].update(processes_per_node=2)
+    assert "2 rank(s) per node, threads auto (cores / ranks)" in run_line("default", config, "r", None, tmp_path)
+    config["distributed"].update(processes_per_node="auto", threads_per_process=4)
+    assert "cores / 4 rank(s) per node (processes_per_node auto)" in run_line("default", config, "r", None, tmp_path)
 
 
 def test_the_run_line_names_every_precision_the_schema_takes():

@@ -33,14 +33,16 @@ def fake_training(fail_at: int | None = None, error: type[BaseException] = UserE
 @pytest.fixture
 def tuning(monkeypatch, tmp_path):
     """main()'s arguments on a 2-core node; the SIGTERM handler main sets is put back after."""
-    monkeypatch.setattr(tune.hardware, "cpu_summary", lambda: {})
+    monkeypatch.setattr(tune.hardware, "cpu_summary", lambda: {"cpu_model": "Test CPU"})
     monkeypatch.setattr(tune.hardware, "usable_cores", lambda summary: 2)
-    config = {"distributed": {"nodes": 1, "hostfile": None, "processes_per_node": 1, "threads_per_process": 2},
+    config = {"task": "mrpc", "model": "m",
+              "distributed": {"nodes": 1, "hostfile": None, "processes_per_node": 1, "threads_per_process": 2},
               "train": {"max_steps": None, "checkpoint_every": 0, "log_every": 1}}
     (tmp_path / "train.json").write_text(json.dumps(config))
     out = tmp_path / "tune" / "layout.json"
     previous = signal.getsignal(signal.SIGTERM)
-    yield ["--config", str(tmp_path / "train.json"), "--data", "tok", "--out", str(out)], out
+    yield ["--config", str(tmp_path / "train.json"), "--data", "tok", "--out", str(out),
+           "--cache", str(tmp_path / "cache")], out
     signal.signal(signal.SIGTERM, previous)
 
 

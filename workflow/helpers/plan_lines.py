@@ -17,6 +17,7 @@ import re
 from pathlib import Path
 
 from workflow.scripts.common.errors import UserError
+from workflow.scripts.settings import layout
 from workflow.scripts.settings.hostfile import read_hostfile
 
 PRECISION = {"auto": "auto (bf16_master only where the nodes have native bf16 and it measures faster)",
@@ -38,12 +39,22 @@ def where(dist: dict, base: Path = Path(".")) -> str:
     return f"using {nodes} of the hostfile's {listed} nodes ({dist['hostfile']})"
 
 
+def ranks_and_threads(dist: dict) -> str:
+    """'2 rank(s) per node, threads auto (cores / ranks)', or how auto ranks are found."""
+    ranks, threads = dist["processes_per_node"], dist["threads_per_process"]
+    if layout.measured(dist):
+        return ("ranks x threads measured (processes_per_node auto: this CPU model's cached layout, "
+                "else short bursts of each split at the run's batch)")
+    if ranks == layout.AUTO:
+        return f"cores / {threads} rank(s) per node (processes_per_node auto), {threads} thread(s) per rank"
+    threads = f"{threads} thread(s) per rank" if isinstance(threads, int) else f"threads {threads} (cores / ranks)"
+    return f"{ranks} rank(s) per node, {threads}"
+
+
 def run_line(name: str, run: dict, results: str, cluster: str | None, base: Path = Path(".")) -> str:
     dist = run["distributed"]
-    threads = dist["threads_per_process"]
-    threads = f"{threads} thread(s) per rank" if isinstance(threads, int) else f"threads {threads} (cores / ranks)"
     machines = os.path.relpath(cluster) if cluster else "config.yaml (no cluster file)"
-    return (f"cpuddp run {name}: {where(dist, base)}, {dist['processes_per_node']} rank(s) per node, {threads}, "
+    return (f"cpuddp run {name}: {where(dist, base)}, {ranks_and_threads(dist)}, "
             f"backend {dist['backend']}, MPI {dist['mpi']}, precision {PRECISION[run['train']['precision']]}; "
             f"machines from {machines}; results in {results}/{name}/")
 

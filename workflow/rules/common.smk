@@ -11,6 +11,7 @@ from workflow.helpers.experiment import Experiment
 from workflow.helpers.plan_lines import brief_dry_run, experiment_line, run_line
 from workflow.helpers.snakemake_env import prepare_job_environment
 from workflow.scripts.settings import config as cfg
+from workflow.scripts.settings import layout
 from workflow.scripts.settings.hostfile import read_hostfile
 from workflow.scripts.settings.views import DistributedSettings
 from workflow.scripts.launch import resources
@@ -78,10 +79,11 @@ def run_model(wildcards):
     return X.fetched_model_of(RUNS[wildcards.run])
 
 
-def tuned_layout(wildcards):
-    """The tuning result, a real input of runs with `threads_per_process: tuned`."""
-    if RUNS[wildcards.run]["distributed"]["threads_per_process"] == "tuned":
-        return f"{RESULTS}/tune/layout.json"
+def measured_layout(wildcards):
+    """A run's measured layout (processes_per_node auto, settings/layout.py),
+    a real input of its environment check; nothing when numbers fix it."""
+    if layout.measured(RUNS[wildcards.run]["distributed"]):
+        return f"{RESULTS}/{wildcards.run}/layout.json"
     return []
 
 

@@ -5,7 +5,7 @@
 rule environment_check:
     input:
         cfg="results/{experiment}/{run}/config/environment.json",
-        layout=tuned_layout,
+        layout=measured_layout,
     output:
         "results/{experiment}/{run}/environment.json",
     log:

@@ -54,9 +54,32 @@ rule train_ddp:
         " | (trap '' TERM; exec tee -a {params.all_tries:q} {log:q})"
 
 
-# Ranks versus threads on one node: `snakemake ... tune` times short bursts
-# of every split of the cores and writes the best layout, which an
-# experiment then uses with `distributed.threads_per_process: tuned`.
+# processes_per_node auto: the run's layout from the layout cache of this
+# CPU model and run shape, else from short bursts of every ranks x threads
+# split of the cores at the run's batch, on this (the launch) node, which
+# then fill the cache (workflow/scripts/train/tune.py, settings/layout.py).
+# The environment check records it and every node uses it.
+rule measure_layout:
+    input:
+        cfg="results/{experiment}/{run}/config/train.json",
+        data=run_tokens,
+        model=run_model,
+    output:
+        "results/{experiment}/{run}/layout.json",
+    log:
+        "logs/measure_layout/{experiment}/{run}.log",
+    conda:
+        "../../envs/cpuddp.yaml"
+    threads: machine_cores()
+    resources:
+        mpi=1,
+        nodes=ALL_NODES,
+    shell:
+        "python -m workflow.scripts.train.tune --auto --config {input.cfg:q} --data {input.data:q} --out {output:q} 2> {log:q}"
+
+
+# `snakemake ... tune`: measures the first run's layouts again (longer
+# bursts) and replaces their cache entry, which processes_per_node auto then uses.
 rule tune_layout:
     input:
         cfg=f"{RESULTS}/{FIRST_RUN}/config/train.json",

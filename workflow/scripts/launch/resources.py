@@ -62,6 +62,8 @@ def slurm_tasks(dist: DistributedSettings, ranks_per_node: int | None = None) ->
     """Slurm executor resources: `tasks_per_node` or `tasks`, never both, and
     only for jobs of more than one task (None leaves a resource unset)."""
     per_node = dist.processes_per_node if ranks_per_node is None else ranks_per_node
+    if not isinstance(per_node, int):  # auto: measured on the node (never under srun: config.py refuses it)
+        return {"tasks_per_node": None, "tasks": None}
     if per_node > 1:
         return {"tasks_per_node": per_node, "tasks": None}
     return {"tasks_per_node": None, "tasks": dist.nodes if dist.nodes > 1 else None}

@@ -21,7 +21,8 @@ from pathlib import Path
 
 from workflow.scripts.settings import step
 
-from workflow.scripts.settings import config as cfg
+from workflow.scripts.settings import layout
+from workflow.scripts.probes import hardware
 from workflow.scripts.common.atomic import write_json
 from workflow.scripts.common.errors import UserError
 from workflow.scripts.settings.views import EnvironmentView
@@ -117,7 +118,8 @@ def confirm(view: EnvironmentView, info: dict, hosts: list[str] | None) -> list[
     if not new:
         return []
     view = dataclasses.replace(view, distributed=dataclasses.replace(
-        view.distributed, threads_per_process=info["threads_per_process"]))
+        view.distributed, threads_per_process=info["threads_per_process"],
+        processes_per_node=info.get("processes_per_node", view.distributed.processes_per_node)))
     fresh = check(view, view.distributed.check_timeout_seconds, hosts=new)
     problems = differences(info, fresh, ", ".join(new), describe.revision())
     if problems:
@@ -129,9 +131,21 @@ def confirm(view: EnvironmentView, info: dict, hosts: list[str] | None) -> list[
     return new
 
 
+def layout_record(chosen: layout.Layout, record: dict | None, info: dict) -> dict:
+    """environment.json's `layout` (how the ranks x threads were chosen, and
+    the measured table) and `layout_reason` (one line). On several nodes the
+    launch node measured it: a node of another CPU model is named."""
+    models = {n["node"]: n.get("cpu_model") for n in info.get("node_reports", [])}
+    figures = {k: record[k] for k in ("cpu_model", "cores", "shape", "steps", "table", "best", "cached",
+                                      "cache_file", "measured_at")
+               if k in record} if record and chosen.source in ("measured", "cached") else {}
+    return {"layout": {"source": chosen.source, **figures},
+            "layout_reason": chosen.reason + (layout.nodes_note(record, models) if figures else "")}
+
+
 def main(argv=None) -> None:
     parser = step.parser(__doc__)
-    parser.add_argument("--layout", help="tune/layout.json, for runs with threads_per_process: tuned")
+    parser.add_argument("--layout", help="the run's measured layout.json (processes_per_node auto; train/tune.py)")
     parser.add_argument("--out", help="environment.json to write")
     parser.add_argument("--confirm", metavar="ENVIRONMENT", help="environment.json the --hosts must agree with")
     parser.add_argument("--hosts", help="with --confirm: the training's nodes, comma-separated")
@@ -142,14 +156,19 @@ def main(argv=None) -> None:
     if args.confirm:
         confirm(EnvironmentView.pick(config), json.loads(Path(args.confirm).read_text()), args.hosts.split(","))
         return
-    if args.layout:
-        cfg.apply_tuned_layout({"run": config}, args.layout)
-    view = EnvironmentView.pick(config)  # typed once the tuned layout is in
+    record = json.loads(Path(args.layout).read_text()) if args.layout else None
+    chosen = layout.decide(config["distributed"], record, hardware.usable_cores(hardware.cpu_summary()))
+    config["distributed"].update(processes_per_node=chosen.processes_per_node,
+                                 threads_per_process=chosen.threads_per_process)
+    view = EnvironmentView.pick(config)  # typed once the layout is a number
     info = check(view, view.distributed.check_timeout_seconds, run=str(Path(args.out).resolve().parent))
+    info.update(layout_record(chosen, record, info))
     for node in info["node_reports"]:
         print(f"node {node['node']} ({node['host']}): torch {node['versions']['torch']}, revision "
               f"{node['revision']}, {node['physical_cores']} cores; {node['low_precision']['implies']}",
               file=sys.stderr)
+    print(f"layout {info['processes_per_node']} rank(s) x {info['threads_per_process']} thread(s) per node: "
+          f"{info['layout_reason']}", file=sys.stderr)
     print(f"backend {info['backend']} ({info['backend_reason']}); precision {info['precision']} "
           f"({info['precision_reason']}); {info['threads_per_process']} threads per process; "
           f"launcher {info['mpi']['flavour']} {info['mpi']['version']}", file=sys.stderr)

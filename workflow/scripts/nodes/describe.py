@@ -15,6 +15,7 @@ from pathlib import Path
 from workflow.scripts.probes import hardware, intel, oneccl
 from workflow.scripts.probes import precision as precision_rule
 from workflow.scripts.settings import levers as speed_levers
+from workflow.scripts.settings import layout
 from workflow.scripts.common.errors import UserError
 from workflow.scripts.probes.matmul import matmul_gflops
 from workflow.scripts.probes.versions import installed
@@ -108,7 +109,9 @@ def describe(dist: DistributedSettings, train: TrainSettings, launcher: bool = T
     ipex_requested = train.ipex
     # Pairing first: a mismatched IPEX ends the process when imported.
     intel.check_pairing(found, ipex=ipex_requested is not False, ccl=dist.backend != "gloo")
-    backend, backend_why = choose_backend(dist.backend, dist.processes_per_node, dist.nodes)
+    # The environment check puts a measured layout in first (nodes/check.py); a direct caller's auto is a guess.
+    ranks = layout.ranks_guess(dist, hardware.usable_cores(cpu))
+    backend, backend_why = choose_backend(dist.backend, ranks, dist.nodes)
     ipex, ipex_why = intel.ipex_status(ipex_requested)
     precision, precision_why, speed = choose_precision(train.precision, cpu["isa_flags"])
     launched_by = mpi.detect_launcher(dist) if launcher else None
@@ -130,9 +133,9 @@ def describe(dist: DistributedSettings, train: TrainSettings, launcher: bool = T
         "ipex_reason": ipex_why,
         **lever_record(train.speed, speed_levers.Context(dist.nodes, dist.gradient_compression)),
         "nodes": dist.nodes,
-        "processes_per_node": dist.processes_per_node,
-        "world_size": dist.nodes * dist.processes_per_node,
-        "threads_per_process": threads_per_process(dist.threads_per_process, dist.processes_per_node, cpu),
+        "processes_per_node": ranks,
+        "world_size": dist.nodes * ranks,
+        "threads_per_process": threads_per_process(dist.threads_per_process, ranks, cpu),
     }
 
 

@@ -31,7 +31,7 @@ from workflow.scripts.settings import config as cfg
 from workflow.scripts.common import tasks
 from workflow.scripts.settings import step
 from workflow.scripts.probes import hardware
-from workflow.scripts.settings import profiles
+from workflow.scripts.settings import layout, profiles
 from workflow.scripts.common.atomic import read_json, write_json
 from workflow.scripts.common.errors import UserError
 from workflow.scripts.settings.views import PlanView
@@ -157,16 +157,18 @@ def measure(model, batch: dict, steps: int, warmup: int, precision: str, barrier
             "update": statistics.median(r[2] for r in runs), "grads": grads}
 
 
-def decisions(config: PlanView, environment: str | None) -> tuple[str, int]:
-    """(precision, threads) as the run's environment check decided, or decided here."""
+def decisions(config: PlanView, environment: str | None) -> tuple[str, int, int]:
+    """(precision, threads, ranks per node) as the run's environment check
+    decided, or decided here (processes_per_node auto: 1 rank, or cores / threads)."""
     if environment:
         info = read_json(environment)
-        return info["precision"], int(info["threads_per_process"])
+        return info["precision"], int(info["threads_per_process"]), int(info["processes_per_node"])
     cpu = hardware.cpu_summary()
     dist_cfg = config.distributed
     precision = describe.choose_precision(config.train.precision, cpu["isa_flags"])[0]
-    threads = describe.threads_per_process(dist_cfg.threads_per_process, dist_cfg.processes_per_node, cpu)
-    return precision, min(threads, hardware.usable_cores(cpu))  # an experiment written for bigger nodes
+    ranks = layout.ranks_guess(dist_cfg, hardware.usable_cores(cpu))
+    threads = describe.threads_per_process(dist_cfg.threads_per_process, ranks, cpu)
+    return precision, min(threads, hardware.usable_cores(cpu)), ranks  # an experiment written for bigger nodes
 
 
 def model_choices(config: PlanView, environment: str | None) -> tuple[bool, levers.Levers]:
@@ -190,7 +192,7 @@ def load(path: str, profile: str | None = None) -> PlanView:
 
 
 def profile(config: PlanView, environment: str | None, steps: int, warmup: int, barrier=None, parties=1) -> dict:
-    precision, threads = decisions(config, environment)
+    precision, threads, ranks = decisions(config, environment)
     torch.set_num_threads(threads)
     train = config.train
     seq_len = config.plan.seq_len or train.max_seq_length
@@ -205,7 +207,7 @@ def profile(config: PlanView, environment: str | None, steps: int, warmup: int, 
     costs = compress_cost.measure(model)
     return {"model": config.model, "model_code": choice.code, "parameters": sum(p.numel() for p in model.parameters()),
             "batch_size": train.batch_size, "seq_len": seq_len, "precision": precision, "threads": threads,
-            "processes_per_node": config.distributed.processes_per_node,
+            "processes_per_node": ranks,
             "log_every": train.log_every, **times, **costs,
             "host": describe.platform.node(), "steps": steps, "source": "measured"}
 

@@ -47,6 +47,8 @@ def run_entry(name: str, run_dir: Path) -> dict:
         "run": name,
         "nodes": env["nodes"],
         "processes_per_node": env["processes_per_node"],
+        # how the ranks x threads were chosen: set, or measured / cached (processes_per_node auto) with the table
+        "layout": {**env.get("layout", {}), "reason": env.get("layout_reason")} if env.get("layout_reason") else None,
         "world_size": train["world_size"],
         "hosts": [h for h in dict.fromkeys(r.get("host") for r in train["ranks"]) if h],  # nodes used, rank 0's first
         "threads_per_process": train["threads_per_process"],

@@ -170,7 +170,8 @@ ENV_ROWS = (
     ("backend", lambda e: f"{e.get('backend')} ({e.get('backend_reason')})"),
     ("precision", lambda e: f"{e.get('precision')} ({e.get('precision_reason')})"),
     ("layout", lambda e: f"{e.get('nodes')} node(s) x {e.get('processes_per_node')} rank(s),"
-                         f" {e.get('threads_per_process')} thread(s) each"),
+                         f" {e.get('threads_per_process')} thread(s) each"
+                         + (f" ({e['layout_reason']})" if e.get("layout_reason") else "")),
 )
 
 

@@ -7,7 +7,6 @@ the workflow before any rule runs, with one line naming the key.
 from __future__ import annotations
 
 import copy
-import json
 import importlib.util
 from pathlib import Path
 
@@ -16,6 +15,7 @@ import yaml
 
 from workflow.scripts.common import hub
 from workflow.scripts.common.errors import UserError
+from workflow.scripts.settings import layout
 from workflow.scripts.settings import sweep as sweeps
 from workflow.scripts.settings.hostfile import check_nodes
 from workflow.scripts.settings.adapters import lora_problem
@@ -59,7 +59,8 @@ def _describe(error: jsonschema.ValidationError) -> str:
     if error.validator == "anyOf" and key == "data":
         return "data: give data.train and data.validation, or data.glue_dir (a GLUE archive folder)"
     if error.validator == "oneOf":
-        return f"{key}: {error.instance!r} is not allowed; use a positive integer, 'auto' or 'tuned'"
+        words = "integer or 'auto'" if key.endswith("processes_per_node") else "integer, 'auto' or 'tuned'"
+        return f"{key}: {error.instance!r} is not allowed; use a positive {words}"
     return f"{key}: {error.message}"
 
 
@@ -247,7 +248,8 @@ def cluster_threads(config: dict):
 def check_slurm_threads(config: dict) -> None:
     """Slurm fixes --cpus-per-task when the job is submitted, before any
     node is seen: `auto` there is the cluster file's number (the job's
-    --cpus-per-task); `tuned` cannot size it."""
+    --cpus-per-task); `tuned` cannot size it, nor can processes_per_node
+    auto size --ntasks-per-node."""
     dist, fixed = config["distributed"], cluster_threads(config)
     if dist["threads_per_process"] == "auto" and isinstance(fixed, int):
         dist["threads_per_process"] = fixed
@@ -257,11 +259,17 @@ def check_slurm_threads(config: dict) -> None:
                               "Slurm allocates --cpus-per-task at submission; set a number in the profile's "
                               f"cluster file ({config.get('cluster') or 'profiles/slurm/cluster.yaml'}): "
                               "your nodes' cores / processes_per_node")
+    if dist["processes_per_node"] == layout.AUTO and "processes_per_node" not in config["sweep"]:
+        raise ConfigError("config error: distributed.processes_per_node is auto, but with launcher srun Slurm "
+                          "allocates --ntasks-per-node at submission; set a number in the profile's cluster file "
+                          f"({config.get('cluster') or 'profiles/slurm/cluster.yaml'}), e.g. the layout "
+                          "`snakemake ... tune` measures on one node")
 
 
 def load_config(config: dict, base: Path = Path(".")) -> dict:
     """Everything the Snakefile needs: validated config and its runs."""
     config = validate(config)
+    layout.normalize(config["distributed"])  # threads_per_process tuned: the measured layout
     if refusal := hub.push_refusal(config["deploy"]["push_to_hub"]):  # before any training
         raise ConfigError(refusal)
     for run in runs(config).values():  # each swept task's own files, each swept model
@@ -276,22 +284,3 @@ def load_config(config: dict, base: Path = Path(".")) -> dict:
     check_hostfile(config, base)
     config["model"] = resolve_model(config["model"])
     return config
-
-
-def apply_tuned_layout(runs: dict, layout_path, tuning: bool = False) -> None:
-    """Put the tuned ranks x threads into runs with `threads_per_process: tuned`.
-
-    While tuning itself (`snakemake ... tune`) they start from `auto`."""
-    tuned = [r for r in runs.values() if r["distributed"]["threads_per_process"] == "tuned"]
-    if not tuned:
-        return
-    path = Path(layout_path)
-    if tuning or not path.is_file():
-        if not tuning:
-            raise ConfigError(f"config error: distributed.threads_per_process is 'tuned' but {path} does not "
-                              "exist; run `snakemake ... tune` first with this configuration")
-        best = {"threads_per_process": "auto"}
-    else:
-        best = json.loads(path.read_text())["best"]
-    for run in tuned:
-        run["distributed"].update(best)

@@ -21,7 +21,7 @@ class RunDecisions:
     """Torch and OpenMP threads of every rank."""
     nodes: int
     processes_per_node: int
-    """Ranks on each node: the configured one, or the tuned layout's."""
+    """Ranks on each node: the configured number, or the measured layout's (processes_per_node auto)."""
     mpi: dict | None = None
     """The launcher: mpirun path, flavour (intel, mpich, openmpi; slurm) and version."""
     ipex: bool = False
@@ -35,7 +35,9 @@ class RunDecisions:
     backend_reason: str = "?"
     precision_reason: str = "?"
     ipex_reason: str = "?"
-    """Why each choice was made, for the logs."""
+    layout_reason: str = "?"
+    """Why each choice was made, for the logs (the layout's: measured, cached
+    or set; environment.json's `layout` holds the measured table)."""
 
     def __post_init__(self):
         if self.threads_per_process < 1 or self.nodes < 1 or self.processes_per_node < 1:

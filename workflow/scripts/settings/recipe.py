@@ -62,7 +62,9 @@ def apply_required_threads(config: dict, cores: int | None = None) -> None:
     if need is None:
         return
     given = dist["threads_per_process"]
-    ppn = max(config.get("sweep", {}).get("processes_per_node", [dist["processes_per_node"]]))
+    # processes_per_node auto fits the layout to these threads: one rank at least
+    ppn = max(v if isinstance(v, int) else 1
+              for v in config.get("sweep", {}).get("processes_per_node", [dist["processes_per_node"]]))
     if isinstance(given, int):
         have, source = given, f"the profile's threads_per_process {given}"
     else:
