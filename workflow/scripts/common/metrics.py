@@ -13,8 +13,6 @@ import string
 from collections import Counter
 
 import numpy as np
-from scipy.stats import pearsonr, spearmanr
-from sklearn.metrics import f1_score, matthews_corrcoef
 
 from workflow.scripts.common.tasks import get_task
 
@@ -42,16 +40,38 @@ def glue_metrics(task, predictions, references) -> dict[str, float]:
             for name in task.metrics}
 
 
+# scipy and sklearn are imported when a metric is computed, not with this
+# module: every rank imports it, and their import costs seconds per process.
+def _f1(p, r, **kw):
+    from sklearn.metrics import f1_score
+
+    return f1_score(r, p, **kw)
+
+
+def _matthews(p, r):
+    from sklearn.metrics import matthews_corrcoef
+
+    return matthews_corrcoef(r, p)
+
+
+def _correlation(name):
+    def compute(p, r):
+        from scipy import stats
+
+        return getattr(stats, name)(p, r)[0]
+    return compute
+
+
 # Each takes (predictions, references), as evaluate's glue does.
 _GLUE_METRICS = {
     "accuracy": lambda p, r: (p == r).mean(),
-    "f1": lambda p, r: f1_score(r, p),  # binary, positive class 1
-    "matthews_correlation": lambda p, r: matthews_corrcoef(r, p),
-    "pearson": lambda p, r: pearsonr(p, r)[0],
-    "spearmanr": lambda p, r: spearmanr(p, r)[0],
+    "f1": _f1,  # binary, positive class 1
+    "matthews_correlation": _matthews,
+    "pearson": _correlation("pearsonr"),
+    "spearmanr": _correlation("spearmanr"),
     "mse": lambda p, r: ((p - r) ** 2).mean(),
-    "f1_macro": lambda p, r: f1_score(r, p, average="macro", zero_division=0),
-    "f1_micro": lambda p, r: f1_score(r, p, average="micro", zero_division=0),
+    "f1_macro": lambda p, r: _f1(p, r, average="macro", zero_division=0),
+    "f1_micro": lambda p, r: _f1(p, r, average="micro", zero_division=0),
     "subset_accuracy": lambda p, r: (p == r).all(axis=1).mean(),  # every label of a row right
 }
 

@@ -10,7 +10,6 @@ import datasets
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
-from transformers import get_scheduler
 
 from workflow.scripts.common import tasks
 
@@ -21,7 +20,7 @@ from workflow.scripts.common.modeling import accepted_columns, autocast_for, loa
 from workflow.scripts.settings.views import TrainSettings, TrainView
 from workflow.scripts.launch.ranks import DistEnv
 from workflow.scripts.data.batching import DistributedLengthGroupedSampler, pad_collate
-from workflow.scripts.train import lora, master, master_kernel, model_code, speed
+from workflow.scripts.train import lora, master, master_kernel, model_code, schedule, speed
 from workflow.scripts.train.master import MasterAdamW
 from workflow.scripts.train.comm import CommTimer
 
@@ -194,7 +193,7 @@ def make_optimizer(model, train: TrainSettings, total_steps: int, decisions: Run
     if decisions and decisions.ipex:  # before the scheduler, which wraps optimizer.step
         intel.optimize_training(model, optimizer, intel.torch_dtype(decisions.precision))
     warmup = int(train.warmup_ratio * total_steps)
-    return optimizer, get_scheduler(train.lr_scheduler_type, optimizer, warmup, total_steps)
+    return optimizer, schedule.scheduler(train.lr_scheduler_type, optimizer, warmup, total_steps)
 
 
 def total_steps(train: TrainSettings, steps_per_epoch: int) -> int:
