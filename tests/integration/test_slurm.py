@@ -109,7 +109,7 @@ def test_killed_rank_and_scancel_fail_the_job_and_a_rerun_resumes(cluster, tiny_
     out = finish(proc)
     assert proc.returncode != 0 and "SLURM status is: 'FAILED'" in out, explain(out)
     assert f"rank 1 on {victim['host']} died without an exit status" in out, explain(out)
-    assert f"--- last lines of {rank_logs.relative_to(tmp_path)}/rank1.log ---" in out
+    assert f"--- last lines of {rank_logs.relative_to(tmp_path)}/try-1/rank1.log ---" in out  # the try's own folder
     print(f"\nslurm: killed rank reported {time.monotonic() - killed:.0f} s later")
     for rank in (0, 1):  # Slurm bound each rank to its node's 2 CPUs; OMP_NUM_THREADS agrees
         assert "2 threads (OMP_NUM_THREADS=2) on CPUs 0-1" in logs.log_path(rank_logs, rank).read_text()
