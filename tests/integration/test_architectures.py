@@ -1,9 +1,9 @@
 """Any sequence-classification architecture: BERT, RoBERTa, DistilBERT and
 DeBERTa-v2, each built tiny from a config (MiniLM's tokenizer, as the real
 RoBERTa and DistilBERT tokenizers without token_type_ids), trains, saves,
-evaluates and quantizes through the stages' own entry points; and every
-family, decoders (GPT-2, Qwen2, with a tokenizer without a pad token)
-included, finishes a whole workflow run with quantization on."""
+evaluates and quantizes through the stages' own entry points; and
+ModernBERT and the decoders (GPT-2, Qwen2, with a tokenizer without a pad
+token) finish a whole workflow run with quantization on."""
 
 from __future__ import annotations
 
@@ -40,7 +40,10 @@ ARCHITECTURES = {
                               "bos_token_id": 101, "eos_token_id": 102}, None),
 }
 ENCODERS = ("bert", "roberta", "distilbert", "deberta-v2")
-FAMILIES = ("bert", "roberta", "deberta-v2", "modernbert", "distilbert", "gpt2", "qwen2")
+# Through the whole workflow: the families no other workflow test runs (the
+# encoders above finish every stage here and BERT runs in every workflow test);
+# the decoders are the ones whose OpenVINO export can fail.
+FAMILIES = ("modernbert", "gpt2", "qwen2")
 
 
 def tiny(kind: str, out, minilm_dir):
@@ -90,17 +93,17 @@ def test_architecture_trains_saves_evaluates_and_quantizes(kind, tmp_path, minil
     assert int8 is not None and len(list((tmp_path / "int8").iterdir())) > 1
 
 
-@pytest.mark.timeout(2400)  # seven runs of every stage: minutes on a quiet machine, far more on a shared one
+@pytest.mark.timeout(1200)  # three runs of every stage: minutes on a quiet machine, more on a shared one
 def test_every_family_finishes_its_run(tmp_path, minilm_dir):
-    """One workflow, a sweep over tiny models of every family, quantization on: every run ends with
-    summary.json and deploy/; a decoder either deploys through OpenVINO or drops it with a reason."""
+    """One workflow, a sweep over tiny models of the other families, quantization on: every run ends
+    with summary.json and deploy/; a decoder either deploys through OpenVINO or drops it with a reason."""
     models = [str(tiny(kind, tmp_path / "models" / kind, minilm_dir)) for kind in FAMILIES]
     configfile = tiny_experiment(tmp_path, models[0], epochs=1, batch_size=16, checkpoint_every=0)
     config = yaml.safe_load(configfile.read_text())
     write_config(configfile, {**config, "sweep": {"model": models}, "evaluation": {"batch_size": 16},
                               "distributed": {"processes_per_node": 1, "threads_per_process": 1},
                               "quantization": {"enabled": True, "calibration_samples": 8, "max_accuracy_drop": 100}})
-    snakemake(tmp_path, configfile, timeout=2400)
+    snakemake(tmp_path, configfile, timeout=1200)
     runs = {r["run"]: r for r in json.loads((tmp_path / "results/tiny/summary.json").read_text())["runs"]}
     assert set(runs) == set(FAMILIES)
     for kind in FAMILIES:
