@@ -19,7 +19,7 @@ RUN = Path("results/tiny/default")
 
 
 def experiment(work: Path, model: Path, **distributed) -> Path:
-    config = yaml.safe_load(tiny_experiment(work, model, max_steps=2).read_text())
+    config = yaml.safe_load(tiny_experiment(work, model).read_text())
     config["distributed"] = distributed
     return write_config(work / "tiny.yaml", config)
 
@@ -32,7 +32,7 @@ def test_auto_measures_once_then_uses_the_cache_and_a_number_wins(tmp_path, tiny
     cache = tmp_path / "cache"
     monkeypatch.setenv(layout.CACHE_ENV, str(cache))  # the workflow's jobs inherit it
     configfile = experiment(tmp_path, tiny_model_dir)  # processes_per_node: auto, the default
-    first = snakemake(tmp_path, configfile, str(RUN / "train_metrics.json"))
+    first = snakemake(tmp_path, configfile, str(RUN / "environment.json"))
     assert "ranks x threads measured (processes_per_node auto" in first.stderr  # the run line
 
     info = environment(tmp_path)
@@ -47,13 +47,12 @@ def test_auto_measures_once_then_uses_the_cache_and_a_number_wins(tmp_path, tiny
     assert info["layout_reason"].startswith(f"auto: {faster[0]} x {faster[1]} (ranks x threads)")
     assert all(f"{r} x {t}" in info["layout_reason"] for r, t in rows)  # every layout's figure
     assert record["cpu_model"] in info["layout_reason"]
-    trained = json.loads((tmp_path / RUN / "train_metrics.json").read_text())
-    assert trained["world_size"] == faster[0] and trained["threads_per_process"] == faster[1]
     assert [p.name for p in cache.iterdir()] == [Path(record["cache_file"]).name]
     assert not (tmp_path / RUN / "bursts").exists()
 
-    # Measured again (its layout.json gone): the cache answers, with no burst.
-    (tmp_path / RUN / "layout.json").unlink()
+    # Measured again (its layout.json and environment.json gone): the cache answers, with no burst.
+    for made in ("layout.json", "environment.json"):
+        (tmp_path / RUN / made).unlink()
     snakemake(tmp_path, configfile, str(RUN / "environment.json"))
     again = environment(tmp_path)
     assert again["layout"]["source"] == "cached" and again["layout"]["table"] == record["table"]
