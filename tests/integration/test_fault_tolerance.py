@@ -101,6 +101,12 @@ def test_model_folder_without_weights(tmp_path, tiny_model_dir):
         (empty / name).write_bytes((tiny_model_dir / name).read_bytes())
     log = failing_run(tmp_path, tiny_model_dir, lambda c: c.update(model=str(empty)))
     assert "has no weights (model.safetensors)" in log
+    # A retry cannot fix it: only the first try started ranks, the others ended at once with its line.
+    first, *retries = json.loads((tmp_path / RUN / "tries.json").read_text())
+    assert first["retry_can_fix"] is False and retries, first
+    assert all(t["error"].startswith(f"try {t['try']} not started, a retry cannot fix this: rank 0 ")
+               and t["seconds"] < 5 for t in retries), retries
+    assert not list((tmp_path / "logs/train_ddp/tiny/default/try-2").glob("rank*.log"))
 
 
 def test_tokenizer_that_does_not_match_the_model(tmp_path, tiny_model_dir):

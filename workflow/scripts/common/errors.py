@@ -11,6 +11,11 @@ class UserError(Exception):
     """Something the user must change; the message says what and how."""
 
 
+class RetryCannotFix(UserError):
+    """A rank stopped on a UserError (the config, the data or the model) and
+    no rank died: the next try would stop alike, so it is not started."""
+
+
 class Preempted(Exception):
     """Asked to stop (SIGTERM); a checkpoint was written and a retry resumes
     from it. Exits with PREEMPTED, which tells it apart from a failure."""

@@ -51,6 +51,7 @@ def main(argv=None) -> None:
             job.run(dist, info, program, log_dir, hosts=leased)
             return
         with tries.recorded(args.tries, args.attempt, log_dir, {"log_dir": str(log_dir)}) as entry:
+            tries.hopeless(args.tries, args.attempt)
             chosen, dropped = hosts.for_retry(dist, leased) if args.attempt > 1 else (None, [])
             entry.update(hosts=chosen or leased, dropped=dropped)
             entry.update(checked_now=lease.check_new_nodes(args.config, args.environment, chosen or leased))

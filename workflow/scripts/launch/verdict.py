@@ -10,7 +10,7 @@ import re
 import sys
 
 from workflow.scripts.common import logs
-from workflow.scripts.common.errors import Preempted, UserError
+from workflow.scripts.common.errors import Preempted, RetryCannotFix, UserError
 from workflow.scripts.launch.supervise import DONE, Outcome
 
 
@@ -43,7 +43,15 @@ def judge(outcome: Outcome, log_dir, world: int, grace: float, timeout_minutes: 
         raise Preempted(preempted[0]["error"])
     if lines and not others:
         raise UserError(lines[0])
-    raise report_failure(outcome.code, log_dir, others)
+    error = report_failure(outcome.code, log_dir, others)
+    raise RetryCannotFix(str(error)) if retry_cannot_fix(statuses) else error
+
+
+def retry_cannot_fix(statuses: list[dict]) -> bool:
+    """Some rank raised a UserError (a config, data or model problem, which a
+    retry meets again) and every rank exited: nothing died that a retry could outlive."""
+    errors = [s.get("error", "") for s in statuses if s.get("status") == "error"]
+    return any(e.startswith("UserError:") for e in errors) and all(s.get("status") in logs.FINAL for s in statuses)
 
 
 def unstarted(ranks: list[int], hosts: list[str], start_timeout: float, silent: list[str] | None = None) -> UserError:
