@@ -42,7 +42,8 @@ def test_main_writes_environment_json(tmp_path, monkeypatch):
 
 def test_main_refuses_ccl(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", f"{BIN}{os.pathsep}{os.environ['PATH']}")
-    config = cfg.validate({"experiment": "x", "task": "mrpc", "model": "m", "distributed": {"backend": "ccl"}})
+    config = cfg.validate({"experiment": "x", "task": "mrpc", "model": "m",
+                           "distributed": {"backend": "ccl", "processes_per_node": 2}})
     config_path = tmp_path / "config.json"
     config_path.write_text(json.dumps(config))
     out = tmp_path / "environment.json"

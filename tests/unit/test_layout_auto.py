@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from workflow.scripts.common.errors import UserError
 from workflow.scripts.nodes import check
 from workflow.scripts.settings import layout
 from workflow.scripts.train import tune
@@ -58,7 +59,7 @@ def test_auto_takes_the_faster_layout_and_says_why():
                              "at batch 16 per rank on AMD EPYC 9B14 (2 cores); measured now, cached in /c/x.json")
     cached = layout.decide(dist("auto", "auto"), record(cached=True), cores=2)
     assert cached.source == "cached" and "cached (/c/x.json, measured 2026-11-26T22:00:00Z)" in cached.reason
-    with pytest.raises(ValueError, match="needs the measured layout"):
+    with pytest.raises(UserError, match="processes_per_node is auto but no measured layout was given"):
         layout.decide(dist("auto", "auto"), None, cores=2)
 
 

@@ -21,6 +21,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from workflow.scripts.common.errors import UserError
+
 AUTO = "auto"
 CACHE_ENV = "CPUDDP_LAYOUT_CACHE"
 # The train keys that set a step's cost: a layout measured for one of them is another's guess.
@@ -132,7 +134,8 @@ def decide(dist: dict, record: dict | None, cores: int) -> Layout:
         return Layout(ranks, threads, "threads", f"processes_per_node auto with threads_per_process {threads} "
                                                  f"as set: {cores} cores / {threads} = {ranks} rank(s) (no burst)")
     if record is None:
-        raise ValueError("processes_per_node auto needs the measured layout (train/tune.py --auto); none was given")
+        raise UserError("distributed.processes_per_node is auto but no measured layout was given: run the "
+                        "workflow (rule measure_layout), or give the environment check --layout, or set a number")
     best = record["best"]
     return Layout(best["processes_per_node"], best["threads_per_process"],
                   "cached" if record.get("cached") else "measured", reason(record))
