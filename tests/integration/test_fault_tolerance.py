@@ -44,7 +44,7 @@ def wait_for(path: Path, timeout: float = 300) -> None:
 def test_killed_rank_stops_the_job_and_rerun_resumes_exactly(tmp_path, tiny_model_dir):
     reference, broken = tmp_path / "reference", tmp_path / "broken"
     reference.mkdir(), broken.mkdir()
-    snakemake(reference, long_experiment(reference, tiny_model_dir))
+    snakemake(reference, long_experiment(reference, tiny_model_dir), str(RUN / "train_metrics.json"))  # the weights
     metrics = json.loads((reference / RUN / "train_metrics.json").read_text())
     assert metrics["resumed_from_step"] is None and metrics["steps"] == 200
     assert not (reference / RUN / "checkpoints").exists()  # removed once the model is saved

@@ -11,15 +11,22 @@ import json
 import re
 from pathlib import Path
 
+import yaml
+
 from helpers.faults import RUN, digest
-from helpers.workflow import snakemake, tiny_experiment
+from helpers.workflow import snakemake, tiny_experiment, write_config
 
 STEPS = 12  # 96 rows, 2 epochs, 8 per rank x 2 ranks
 RULE_LOG = Path("logs/train_ddp/tiny/default.log")
+TRAINED = str(RUN / "train_metrics.json")  # the training is what these tests are about: no later stage runs
 
 
 def experiment(work: Path, model: Path) -> Path:
-    return tiny_experiment(work, model, checkpoint_every=5)  # the last step is no multiple: no checkpoint there
+    """No retry by the workflow itself: the fault would strike every try alike."""
+    configfile = tiny_experiment(work, model, checkpoint_every=5)  # the last step is no multiple: no checkpoint there
+    config = yaml.safe_load(configfile.read_text())
+    config["distributed"]["retries"] = 0
+    return write_config(configfile, config)
 
 
 def fail_while_saving(work: Path, model: Path, monkeypatch) -> Path:
@@ -27,7 +34,7 @@ def fail_while_saving(work: Path, model: Path, monkeypatch) -> Path:
     configfile = experiment(work, model)
     with monkeypatch.context() as patch:
         patch.setenv("CPUDDP_FAULT", "final-save:1")
-        done = snakemake(work, configfile, check=False)
+        done = snakemake(work, configfile, TRAINED, check=False)
     assert done.returncode != 0, done.stdout[-3000:]
     assert "rank 1 on " in done.stderr + done.stdout
     assert not (work / RUN / "model").exists()  # Snakemake deletes a failed job's outputs
@@ -38,12 +45,12 @@ def fail_while_saving(work: Path, model: Path, monkeypatch) -> Path:
 def test_a_rank_killed_while_the_model_is_saved_costs_no_training(tmp_path, tiny_model_dir, monkeypatch):
     reference, broken = tmp_path / "reference", tmp_path / "broken"
     reference.mkdir(), broken.mkdir()
-    snakemake(reference, experiment(reference, tiny_model_dir))
+    snakemake(reference, experiment(reference, tiny_model_dir), TRAINED)
     straight = json.loads((reference / RUN / "train_metrics.json").read_text())
     assert not (reference / RUN / "checkpoints").exists()  # removed once the model is in place
 
     configfile = fail_while_saving(broken, tiny_model_dir, monkeypatch)
-    snakemake(broken, configfile)
+    snakemake(broken, configfile, TRAINED)
     metrics = json.loads((broken / RUN / "train_metrics.json").read_text())
     assert metrics["resumed_from_step"] == STEPS and metrics["steps"] == STEPS
     assert digest(broken) == digest(reference)
@@ -65,7 +72,7 @@ def test_a_changed_training_file_starts_fresh_and_says_why(tmp_path, tiny_model_
     lines = train.read_text().splitlines()
     lines[1] = ("0" if lines[1][0] == "1" else "1") + lines[1][1:]  # one label fixed
     train.write_text("\n".join(lines) + "\n")
-    done = snakemake(tmp_path, configfile)
+    done = snakemake(tmp_path, configfile, TRAINED)
     why = (f"checkpoint step-{STEPS:08d} was trained on other data (train tokens digest differs): "
            "starting fresh")
     log = (tmp_path / RULE_LOG).read_text()
