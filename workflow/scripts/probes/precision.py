@@ -12,7 +12,7 @@ from __future__ import annotations
 # shared machine), and bf16 autocast also costs casts the matmul omits.
 MARGIN = 0.10
 BF16_KINDS = ("bf16", "bf16_master")
-AUTO_BF16 = "bf16_master"  # what auto picks where bf16 pays (train/master.py, docs/performance.md)
+AUTO_BF16 = "bf16_master"  # what auto picks where bf16 pays (train/master.py, docs/levers.md)
 
 
 def speedup(matmul: dict | None) -> float | None:

@@ -133,7 +133,7 @@ def names() -> list[str]:
 
 def choose(settings: Levers, context: Context = Context()) -> tuple[Levers, dict[str, str]]:
     """The levers with every `auto` decided, and why each is what it is
-    (rules, not measurements: docs/performance.md has the figures)."""
+    (rules, not measurements: docs/levers.md has the figures)."""
     chosen, reasons = {}, {}
     for name, value in settings.as_dict().items():
         if value == "auto":

@@ -1,5 +1,5 @@
 """Levers on the part of a training step that is not matrix multiplication
-(docs/performance.md). Each is a setting under `train.speed`; `auto` is
+(docs/levers.md). Each is a setting under `train.speed`; `auto` is
 decided by a stated rule in settings/levers.py, recorded in environment.json,
 and `apply` puts every lever in place here, once, as the model is built
 (train/model_code.py picks the model code first). No lever replaces a
