@@ -9,7 +9,7 @@ Deterministic rather than timed: once both ranks train, the test stops them
 limit, waits until Slurm's SIGTERM is pending in both (or Slurm has
 continued them as it signals), and only then lets them go on (SIGCONT). The
 first job is thus still training when the signal comes on any CPU, however
-loaded, so the training can be short (200 steps, 4 1/2 minutes beside another
+loaded, so the training can be short (200 steps, 4-4 1/2 minutes beside another
 integration run): before, it had to outlast Slurm's check (1200 steps, 10
 minutes there, 17 under CI's load).
 """
