@@ -42,7 +42,7 @@ def glue_metrics(task, predictions, references) -> dict[str, float]:
 
 # scipy and sklearn are imported when a metric is computed, not with this
 # module: every rank imports it, and their import costs seconds per process.
-def _f1(p, r, **kw):
+def _f1_score(p, r, **kw):
     from sklearn.metrics import f1_score
 
     return f1_score(r, p, **kw)
@@ -65,13 +65,13 @@ def _correlation(name):
 # Each takes (predictions, references), as evaluate's glue does.
 _GLUE_METRICS = {
     "accuracy": lambda p, r: (p == r).mean(),
-    "f1": _f1,  # binary, positive class 1
+    "f1": _f1_score,  # binary, positive class 1
     "matthews_correlation": _matthews,
     "pearson": _correlation("pearsonr"),
     "spearmanr": _correlation("spearmanr"),
     "mse": lambda p, r: ((p - r) ** 2).mean(),
-    "f1_macro": lambda p, r: _f1(p, r, average="macro", zero_division=0),
-    "f1_micro": lambda p, r: _f1(p, r, average="micro", zero_division=0),
+    "f1_macro": lambda p, r: _f1_score(p, r, average="macro", zero_division=0),
+    "f1_micro": lambda p, r: _f1_score(p, r, average="micro", zero_division=0),
     "subset_accuracy": lambda p, r: (p == r).all(axis=1).mean(),  # every label of a row right
 }
 
