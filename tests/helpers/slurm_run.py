@@ -94,6 +94,17 @@ def snakemake(cluster, work: Path, configfile: Path, *extra: str, train_minutes:
     return slurm.on_host(cluster, cluster.login, argv)
 
 
+def rank_log_text(rank_logs: Path, rank: int) -> str:
+    """A rank's log as far as it is written: "" while a new try's link
+    (rank<N>.log -> try-N/rank<N>.log) points at a log its rank has not started yet."""
+    from workflow.scripts.common import logs
+
+    try:
+        return logs.log_path(rank_logs, rank).read_text(errors="replace")
+    except FileNotFoundError:
+        return ""
+
+
 def explain(out: str) -> str:
     """The error lines of a Snakemake run (rule logs included), then its end."""
     errors = [line for line in out.splitlines() if "error" in line.lower()]

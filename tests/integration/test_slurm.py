@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from helpers.slurm_run import accounting, experiment, explain, finish, running_training, slurm, snakemake, start, \
-    tres, wait_until
+from helpers.slurm_run import accounting, experiment, explain, finish, rank_log_text, running_training, slurm, \
+    snakemake, start, tres, wait_until
 from helpers.workflow import BIN, REPO
 from workflow.scripts.common import logs
 
@@ -116,7 +116,7 @@ def test_killed_rank_and_scancel_fail_the_job_and_a_rerun_resumes(cluster, tiny_
 
     proc = start(argv)
     resumed = "resumed from results/faults/default/checkpoints/step-00000010 (step 10)"
-    wait_until("the rerun resuming", lambda: resumed in logs.log_path(rank_logs, 0).read_text(), proc)
+    wait_until("the rerun resuming", lambda: resumed in rank_log_text(rank_logs, 0), proc)
     # Both ranks in the training loop, where SIGTERM means a checkpoint; before
     # it (loading, resuming) SIGTERM stops a rank at once, with nothing to save.
     wait_until("both ranks training", lambda: all(

@@ -27,8 +27,8 @@ from pathlib import Path
 
 import pytest
 
-from helpers.slurm_run import accounting, experiment, explain, finish, running_training, slurm, snakemake, start, \
-    wait_until
+from helpers.slurm_run import accounting, experiment, explain, finish, rank_log_text, running_training, slurm, \
+    snakemake, start, wait_until
 from workflow.scripts.common import logs
 
 pytestmark = pytest.mark.cluster  # root: munge, slurmdbd, slurmctld, a slurmd per test host
@@ -142,7 +142,7 @@ def stopped_until_signalled(pids: list[int]):
 
 def logged_step(rank_logs: Path) -> int:
     """The last step rank 0's log reports (train.log_every apart); 0 before the first."""
-    steps = re.findall(r"\] step (\d+)/\d+ \|", logs.log_path(rank_logs, 0).read_text(errors="replace"))
+    steps = re.findall(r"\] step (\d+)/\d+ \|", rank_log_text(rank_logs, 0))
     return int(steps[-1]) if steps else 0
 
 
