@@ -112,13 +112,30 @@ def optimize_training(model, optimizer, dtype):
     """
     ipex = _import_ipex()
     model.train()
-    return ipex.optimize(model, optimizer=optimizer, dtype=dtype, inplace=True)
+    return ipex.optimize(model, optimizer=optimizer, dtype=dtype, inplace=True,
+                         weights_prepack=prepacks(dtype))
 
 
 def optimize_inference(model, dtype):
     """ipex.optimize for inference (bf16 weights when dtype is bf16)."""
     ipex = _import_ipex()
-    return ipex.optimize(model.eval(), dtype=dtype, inplace=True)
+    return ipex.optimize(model.eval(), dtype=dtype, inplace=True, weights_prepack=prepacks(dtype))
+
+
+def prepacks(dtype) -> bool:
+    """Whether IPEX can prepack weights in this dtype on this CPU.
+
+    IPEX asserts (and so fails the run) when asked for bf16 prepacking on a
+    CPU without avx512bw/vl/dq or avx_ne_convert, e.g. an AVX2-only EPYC
+    where a user forced precision bf16; unpacked, the run goes on.
+    """
+    import torch
+
+    if dtype != torch.bfloat16:
+        return True
+    import intel_extension_for_pytorch._C as core
+
+    return bool(core.onednn_has_bf16_support())
 
 
 def plain_model(model):
