@@ -74,13 +74,13 @@ def lane(item) -> str:
 # --dist loadfile, mk/tests.mk): the longest files start first, so that no
 # long file starts last and runs alone. Much of their time is waiting (Slurm's
 # status polls, timeouts, the other ranks), which a neighbour's work fills.
+# Ordered by each file's summed test time in the last CI run (junit xml).
 LONGEST_FIRST = ("test_architectures.py",  # seven families through the whole chain
-                 "test_slurm.py", "test_self_healing.py", "test_fault_tolerance.py", "test_slurm_time_limit.py",
-                 "test_tracking.py", "test_finished_training.py", "test_one_try.py", "test_demo_experiments.py",
-                 "test_best_model.py",
-                 "test_multinode.py", "test_every_task.py",
-                 "test_glue_table.py",  # 64 s alone on 2 cores (4 runs)
-                 "test_packed_sweep.py")  # 58 s alone on 2 cores (load 1.2-2.5)
+                 "test_demo_experiments.py", "test_slurm.py", "test_self_healing.py", "test_fault_tolerance.py",
+                 "test_every_task.py", "test_multinode.py", "test_tracking.py", "test_one_try.py",
+                 "test_slurm_time_limit.py", "test_lora.py", "test_finished_training.py", "test_best_model.py",
+                 "test_quantize.py", "test_glue_table.py", "test_packed_sweep.py", "test_accumulation.py",
+                 "test_workflow.py", "test_leases.py")
 
 
 def file_order(item) -> int:

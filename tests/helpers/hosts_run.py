@@ -128,7 +128,7 @@ def no_dropout_model(work: Path) -> Path:
     return out
 
 
-def drop_experiment(work: Path, cluster_path: Path) -> list[str]:
+def drop_experiment(work: Path, cluster_path: Path, *targets: str) -> list[str]:
     data = work / "mrpc-long"
     demo.write_mrpc_demo(data, n_train=128, n_dev=16, seed=1)
     experiment = write_config(work / "drop.yaml", {
@@ -138,7 +138,7 @@ def drop_experiment(work: Path, cluster_path: Path) -> list[str]:
                   "precision": "fp32", "checkpoint_every": 10},
     })
     return [str(BIN / "snakemake"), "--snakefile", str(REPO / "Snakefile"), "--directory", str(work),
-            "--profile", str(REPO / "profiles" / "xeon"), "-j", "4", "--configfile", str(experiment),
+            "--profile", str(REPO / "profiles" / "xeon"), "-j", "4", *targets, "--configfile", str(experiment),
             "--config", f"cluster={cluster_path}"]
 
 

@@ -88,7 +88,8 @@ def snakemake(cluster, work: Path, configfile: Path, *extra: str, train_minutes:
     """Snakemake on the login host, the way a user starts it there."""
     profile = site_profile(work / "profile", train_minutes)
     argv = ["env", f"PATH={BIN}{os.pathsep}{os.environ['PATH']}", "HF_HUB_OFFLINE=1",
-            sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), "--directory", str(work),
+            sys.executable, str(Path(__file__).with_name("slurm_poll.py")),  # snakemake, polling every 1-2 s
+            "--snakefile", str(REPO / "Snakefile"), "--directory", str(work),
             "--profile", str(profile), "--slurm-init-seconds-before-status-checks", "1",
             *extra, "--configfile", str(configfile)]
     return slurm.on_host(cluster, cluster.login, argv)

@@ -65,3 +65,31 @@ def mpi_path(monkeypatch):
     from helpers.workflow import BIN
 
     monkeypatch.setenv("PATH", f"{BIN}{os.pathsep}{os.environ['PATH']}")
+
+
+@pytest.fixture(scope="session")
+def long_reference(tmp_path_factory, tiny_model_dir) -> str:
+    """The weights digest of helpers.faults.long_experiment run uninterrupted
+    (200 steps): what every fault test's resumed run must end with. Trained
+    once per test run: the pytest-xdist workers share it through their
+    common base folder, under a lock (the tiny model is seeded: one digest)."""
+    import json
+    import os
+
+    from filelock import FileLock
+
+    from helpers.faults import RUN, digest, long_experiment
+    from helpers.workflow import snakemake
+
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # the parent is this run's alone
+    known = shared / "long-reference.sha256"
+    with FileLock(shared / "long-reference.lock"):
+        if not known.exists():
+            work = tmp_path_factory.mktemp("long-reference")
+            snakemake(work, long_experiment(work, tiny_model_dir), str(RUN / "train_metrics.json"))
+            metrics = json.loads((work / RUN / "train_metrics.json").read_text())
+            assert metrics["resumed_from_step"] is None and metrics["steps"] == 200
+            assert not (work / RUN / "checkpoints").exists()  # removed once the model is saved
+            known.write_text(digest(work))
+        return known.read_text()

@@ -18,7 +18,7 @@ from helpers.workflow import REPO, snakemake
 # 3 steps teach a model almost nothing, so the int8 gate would judge noise (one
 # of 32 questions is 3 points of exact match): it is widened here, and judged in test_quantize.py.
 SMALL = ("data={generate: {train: 64, validation: 32, seed: 0}}", "train={max_steps: 3, log_every: 1}",
-         "quantization={max_accuracy_drop: 100}")
+         "quantization={max_accuracy_drop: 100, calibration_samples: 8}")
 needs_ccl = pytest.mark.skipif(importlib.util.find_spec("oneccl_bindings_for_pytorch") is None
                                or os.environ.get("CPUDDP_INTEL_STACK") != "1",
                                reason="oneCCL bindings (the Intel env): runs in `make test-intel`")

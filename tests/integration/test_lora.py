@@ -47,7 +47,7 @@ def test_lora_trains_adapters_merges_and_resumes_exactly(tmp_path, tiny_model_di
 
     reference, broken = tmp_path / "reference", tmp_path / "broken"
     reference.mkdir(), broken.mkdir()
-    snakemake(reference, experiment(reference, tiny_model_dir))
+    snakemake(reference, experiment(reference, tiny_model_dir), TARGET)  # the model and its weights' digest
     log = (reference / "logs/train_ddp/tiny/default.log").read_text()
     assert "model code: transformers (auto: train.lora" in log
     assert "lora: r 4, alpha 8, dropout 0.1 on query, value (auto: peft's table for bert)" in log

@@ -20,7 +20,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from helpers.workflow import BIN, REPO, snakemake
+from helpers.workflow import BIN, REPO
 from helpers.faults import RUN, digest, long_experiment
 from helpers.background import Background
 
@@ -29,12 +29,10 @@ TIMEOUT_MINUTES = 0.25  # a frozen rank is given up on after 15 s
 FAULTS = ("kill", "stop", "term-rank", "term-mpirun", "corrupt")
 
 
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory, tiny_model_dir) -> str:
-    """The weights digest of the same experiment, uninterrupted."""
-    work = tmp_path_factory.mktemp("reference")
-    snakemake(work, long_experiment(work, tiny_model_dir), TRAINED)
-    return digest(work)
+@pytest.fixture
+def reference(long_reference) -> str:
+    """The weights digest of the same experiment, uninterrupted (conftest)."""
+    return long_reference
 
 
 # The training is what is judged: the later stages run only where summary.json is read.
