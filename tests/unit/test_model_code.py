@@ -20,7 +20,7 @@ from workflow.scripts.launch.ranks import DistEnv
 from workflow.scripts.settings import levers
 from workflow.scripts.settings.decisions import RunDecisions
 from workflow.scripts.settings.views import TrainView
-from workflow.scripts.train import encoder, model_code
+from workflow.scripts.train import encoder, model_code, process_group
 from workflow.scripts.train.encoder.guard import replaced_forwards
 from workflow.scripts.train.loop import train_step
 from workflow.scripts.train.state import build
@@ -44,7 +44,7 @@ def data_dir(tmp_path):
 def group():
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     yield
-    dist.destroy_process_group()
+    process_group.leave()  # collects what holds the group first
 
 
 def built(model_dir, data_dir, setting: str, precision: str, caplog):

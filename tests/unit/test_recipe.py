@@ -8,6 +8,7 @@ import torch
 import yaml
 from transformers import TrainingArguments
 
+from helpers.one_rank import one_rank_group
 from helpers.workflow import REPO
 from workflow.scripts.settings.views import TrainSettings
 from workflow.scripts.train.state import make_optimizer
@@ -48,7 +49,6 @@ def one_update(max_grad_norm: float) -> tuple[torch.Tensor, float]:
     """One train_step of a 1-rank DDP model whose gradient norm is 20; (weight after, norm seen)."""
     import contextlib
 
-    import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     from workflow.scripts.train.comm import CommTimer
@@ -63,8 +63,7 @@ def one_update(max_grad_norm: float) -> tuple[torch.Tensor, float]:
         def forward(self, x):
             return type("Out", (), {"loss": (self.w * x).sum()})()
 
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    try:
+    def update() -> tuple[torch.Tensor, float]:  # the DDP model lives here, gone before the group is
         model = Model()
         comm = CommTimer()
         ddp = DDP(model)
@@ -76,8 +75,9 @@ def one_update(max_grad_norm: float) -> tuple[torch.Tensor, float]:
         t = TrainingState(ddp, model, optimizer, scheduler, None, None, contextlib.nullcontext, comm, 1, max_grad_norm)
         train_step(t, [{"x": torch.full((4,), 10.0)}])  # gradient (10, 10, 10, 10): norm 20
         return model.w.detach().clone(), seen[0]
-    finally:
-        dist.destroy_process_group()
+
+    with one_rank_group():
+        return update()
 
 
 def test_gradients_are_clipped_to_max_grad_norm_before_the_update():
