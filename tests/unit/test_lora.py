@@ -10,11 +10,12 @@ import torch
 
 from helpers.tiny_encoders import tiny
 from helpers.tiny_family import tiny_hf
+from helpers.one_rank import one_rank_group
 from workflow.scripts.common.errors import UserError
 from workflow.scripts.settings import config as cfg
 from workflow.scripts.settings import levers
 from workflow.scripts.settings.views import Lora
-from workflow.scripts.train import lora, master, model_code, process_group, speed
+from workflow.scripts.train import lora, master, model_code, speed
 
 
 def decoder(kind: str):
@@ -95,7 +96,6 @@ def test_bf16_master_keeps_masters_of_the_trainable_parameters_only():
 
 
 def test_the_plan_counts_the_adapters_bytes_as_ddp_reduces_them(tiny_model_dir):
-    import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     from workflow.scripts.plan import compress_cost
@@ -112,8 +112,7 @@ def test_the_plan_counts_the_adapters_bytes_as_ddp_reduces_them(tiny_model_dir):
     trainable = sum(p.numel() * 4 for p in model.parameters() if p.requires_grad)
     assert sum(b for b, _ in grads) == trainable < sum(p.numel() * 4 for p in model.parameters()) // 50
     assert compress_cost.measure(model)["powersgd_ratio"] > 0
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    try:
+    with one_rank_group():  # left once the DDP model is gone
         ddp = DDP(build(), gradient_as_bucket_view=True, bucket_cap_mb=0.01)
         timer = CommTimer(warmup=1)
         ddp.register_comm_hook(timer, CommTimer.hook)
@@ -122,8 +121,6 @@ def test_the_plan_counts_the_adapters_bytes_as_ddp_reduces_them(tiny_model_dir):
             timer.backward(ddp(**batch).loss)
         seen = [b["bytes"] for b in timer.step_split()["buckets"]]
         del ddp
-    finally:
-        process_group.leave()  # collects what holds the group first
     assert seen == [b for b, _ in buckets(grads, 0.01)] and sum(seen) == trainable
 
 
@@ -162,7 +159,6 @@ def data_dir(tmp_path):
 def test_the_built_state_trains_the_adapters_and_head_alone(tiny_model_dir, data_dir, precision):
     import logging
 
-    import torch.distributed as dist
 
     from workflow.scripts.launch.ranks import DistEnv
     from workflow.scripts.settings.decisions import RunDecisions
@@ -173,8 +169,7 @@ def test_the_built_state_trains_the_adapters_and_head_alone(tiny_model_dir, data
     cfg = TrainView.of({"task": "mrpc", "model": str(tiny_model_dir),
                         "train": {"batch_size": 4, "max_steps": 2, "lora": {"r": 2}}})
     decisions = RunDecisions("gloo", precision, 1, 1, 1, levers=levers.choose(levers.Levers())[0])
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    try:
+    with one_rank_group():  # left once the DDP model is gone
         state, _ = build(cfg, decisions, data_dir, DistEnv(0, 1, 0, 1, "none"), logging.getLogger("test_lora"))
         assert state.choice.code == "transformers" and lora.is_wrapped(state.model)
         trainable = {id(p) for p in state.model.parameters() if p.requires_grad}
@@ -188,5 +183,3 @@ def test_the_built_state_trains_the_adapters_and_head_alone(tiny_model_dir, data
         moved = {n for n, p in state.model.named_parameters() if not torch.equal(before[n], p)}
         assert moved and all("lora_" in n or "modules_to_save" in n for n in moved), moved
         del state
-    finally:
-        process_group.leave()  # collects what holds the group first

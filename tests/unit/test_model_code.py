@@ -12,15 +12,15 @@ import logging
 import datasets
 import pytest
 import torch
-import torch.distributed as dist
 from transformers import AutoModelForSequenceClassification
 
+from helpers.one_rank import one_rank_group
 from workflow.scripts.common.errors import UserError
 from workflow.scripts.launch.ranks import DistEnv
 from workflow.scripts.settings import levers
 from workflow.scripts.settings.decisions import RunDecisions
 from workflow.scripts.settings.views import TrainView
-from workflow.scripts.train import encoder, model_code, process_group
+from workflow.scripts.train import encoder, model_code
 from workflow.scripts.train.encoder.guard import replaced_forwards
 from workflow.scripts.train.loop import train_step
 from workflow.scripts.train.state import build
@@ -42,9 +42,8 @@ def data_dir(tmp_path):
 
 @pytest.fixture
 def group():
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    yield
-    process_group.leave()  # collects what holds the group first
+    with one_rank_group():
+        yield
 
 
 def built(model_dir, data_dir, setting: str, precision: str, caplog):

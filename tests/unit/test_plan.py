@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from helpers.plan_profile import profile
+from helpers.one_rank import one_rank_group
 from workflow.scripts.plan import plan_tables
 from workflow.scripts.plan.scaling_model import (MB, Levers, Network, allreduce_seconds, buckets,
                                                    fit_network, predict)
@@ -90,19 +91,16 @@ def test_model_buckets_match_real_ddp(tiny_model_dir):
     """The bucket sizes the model forms from a measured profile are the
     ones DDP itself reduces (after its first-step rebuild), any cap."""
     import torch
-    import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     from workflow.scripts.plan import profile as measure
-    from workflow.scripts.train import process_group
     from workflow.scripts.train.comm import CommTimer
 
     model = measure.build_model(str(tiny_model_dir), "mrpc")
     batch = measure.random_batch(model, 4, 16, qa=False)
     grads = measure.measure(model, batch, steps=2, warmup=1, precision="fp32")["grads"]
     for cap_mb in (0.05, 1.0, 25.0):
-        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-        try:
+        with one_rank_group():  # left once the DDP model is gone
             ddp = DDP(measure.build_model(str(tiny_model_dir), "mrpc"), gradient_as_bucket_view=True,
                       bucket_cap_mb=cap_mb)
             timer = CommTimer(warmup=1)
@@ -112,8 +110,6 @@ def test_model_buckets_match_real_ddp(tiny_model_dir):
                 timer.backward(ddp(**batch).loss)
             seen = [b["bytes"] for b in timer.step_split()["buckets"]]
             del ddp
-        finally:
-            process_group.leave()  # collects what holds the group first
         assert seen == [b for b, _ in buckets(grads, cap_mb)], cap_mb
     assert torch.get_num_threads() >= 1
 
