@@ -18,7 +18,6 @@ import time
 from pathlib import Path
 
 import psutil
-import pytest
 
 from helpers.workflow import BIN, REPO
 from helpers.faults import RUN, digest, long_experiment
@@ -27,12 +26,6 @@ from helpers.background import Background
 CHAOS_ROUNDS = int(os.environ.get("CPUDDP_CHAOS_ROUNDS", "3"))
 TIMEOUT_MINUTES = 0.25  # a frozen rank is given up on after 15 s
 FAULTS = ("kill", "stop", "term-rank", "term-mpirun", "corrupt")
-
-
-@pytest.fixture
-def reference(long_reference) -> str:
-    """The weights digest of the same experiment, uninterrupted (conftest)."""
-    return long_reference
 
 
 # The training is what is judged: the later stages run only where summary.json is read.
@@ -129,9 +122,9 @@ def run_with_faults(work: Path, model: Path, faults: list[str], seed: int,
     return digest(work), tries, time.time() - started
 
 
-def test_killed_three_times_the_run_finishes_by_itself_with_the_same_weights(tmp_path, tiny_model_dir, reference):
+def test_killed_three_times_the_run_finishes_by_itself_with_the_same_weights(tmp_path, tiny_model_dir, long_reference):
     weights, tries, _ = run_with_faults(tmp_path, tiny_model_dir, ["kill"] * 3, seed=1, whole=True)
-    assert weights == reference
+    assert weights == long_reference
     assert [t["outcome"] for t in tries] == ["failed"] * 3 + ["ok"]
     assert all("died without an exit status" in t["error"] for t in tries[:3])
     resumed = [t["resumed_from_step"] for t in tries]
@@ -140,9 +133,9 @@ def test_killed_three_times_the_run_finishes_by_itself_with_the_same_weights(tmp
     assert summary["runs"][0]["tries"] == tries
 
 
-def test_sigterm_to_mpirun_and_to_one_rank_checkpoints_and_resumes(tmp_path, tiny_model_dir, reference):
+def test_sigterm_to_mpirun_and_to_one_rank_checkpoints_and_resumes(tmp_path, tiny_model_dir, long_reference):
     weights, tries, _ = run_with_faults(tmp_path, tiny_model_dir, ["term-mpirun", "term-rank"], seed=2)
-    assert weights == reference
+    assert weights == long_reference
     assert [t["outcome"] for t in tries] == ["preempted", "preempted", "ok"]
     for earlier, later in zip(tries, tries[1:]):
         step = int(earlier["error"].split("stopped at step ")[1].split()[0])
@@ -150,16 +143,16 @@ def test_sigterm_to_mpirun_and_to_one_rank_checkpoints_and_resumes(tmp_path, tin
     assert all(t["seconds"] < 120 for t in tries[:2])
 
 
-def test_a_frozen_rank_fails_the_try_in_bounded_time_naming_it(tmp_path, tiny_model_dir, reference):
+def test_a_frozen_rank_fails_the_try_in_bounded_time_naming_it(tmp_path, tiny_model_dir, long_reference):
     weights, tries, _ = run_with_faults(tmp_path, tiny_model_dir, ["stop"], seed=3)
-    assert weights == reference
+    assert weights == long_reference
     first = tries[0]
     assert first["outcome"] == "failed" and "stopped answering" in first["error"]
     assert "rank " in first["error"] and " on " in first["error"]
     assert first["seconds"] < 60 * TIMEOUT_MINUTES + 90
 
 
-def test_chaos(tmp_path, tiny_model_dir, reference):
+def test_chaos(tmp_path, tiny_model_dir, long_reference):
     rng = random.Random(1234)
     faults = [rng.choice(FAULTS) for _ in range(CHAOS_ROUNDS)]
     weights, tries, seconds = run_with_faults(tmp_path, tiny_model_dir, faults, seed=1234)
@@ -167,6 +160,6 @@ def test_chaos(tmp_path, tiny_model_dir, reference):
             for i, (fault, t) in enumerate(zip(faults, tries))]
     print("\n| round | fault injected | try outcome | resumed from step | seconds |\n|---|---|---|---|---|\n"
           + "\n".join(rows) + f"\n{len(faults)} faults survived in {seconds:.0f} s; weights equal the clean run: "
-          f"{weights == reference}")
-    assert weights == reference
+          f"{weights == long_reference}")
+    assert weights == long_reference
     assert len(tries) == len(faults) + 1 and tries[-1]["outcome"] == "ok"
