@@ -10,6 +10,12 @@ these; defaults in brackets), since its timings want a quiet machine:
   CPUDDP_SCALING_LATENCY_US  one-way latency added per message [0: the veth's own]
   CPUDDP_SCALING_HOSTS       host counts [2 3 4]
   CPUDDP_SCALING_TOLERANCE   plan against measured step time [0.15]
+  CPUDDP_SCALING_TIMING      "gate": a timing outside its bound fails the
+                             test ["gate"]; "report": it prints one line
+                             "scaling timing miss: ..." and the test goes
+                             on (CI: a VM's neighbours move timings, and a
+                             speed target is a benchmark, not a gate). A
+                             run that fails or hangs fails either way.
 
 All "hosts" share this machine's cores: host i runs on core i mod cores
 (taskset through the map), so 3 or 4 hosts put 2 ranks on a core. The plan
@@ -47,8 +53,20 @@ GBIT = [float(g) for g in os.environ.get("CPUDDP_SCALING_GBIT", "0.5 1").split()
 LATENCY_US = float(os.environ.get("CPUDDP_SCALING_LATENCY_US", "0"))
 HOSTS = [int(h) for h in os.environ.get("CPUDDP_SCALING_HOSTS", "2 3 4").split()]
 TOLERANCE = float(os.environ.get("CPUDDP_SCALING_TOLERANCE", "0.15"))
+TIMING = os.environ.get("CPUDDP_SCALING_TIMING", "gate")
 CORES = len(os.sched_getaffinity(0))
 BATCH, SEQ_LEN, STEPS = 8, 64, 9  # DDP rebuilds buckets after step 1; steps 3-8 are timed
+
+def timing_holds(ok: bool, miss: str) -> None:
+    """A timing's bound: fails the test, or under CPUDDP_SCALING_TIMING=report
+    prints the miss in one line (the runs behind it have already succeeded)."""
+    if ok:
+        return
+    if TIMING == "report":
+        print(f"\nscaling timing miss: {miss}", flush=True)
+        return
+    pytest.fail(miss)
+
 
 pytestmark = [
     pytest.mark.cluster,
@@ -242,10 +260,10 @@ def test_allreduce_time_follows_bytes_hosts_and_bandwidth(network_at):
             lines.append(f"{gbit:6g} {p['ranks']:5d} {p['bytes'] / 1e6:9.3f} {1e3 * p['seconds']:10.2f} "
                          f"{1e3 * model:10.2f}")
         largest = [p for p in points if p["bytes"] == max(q["bytes"] for q in points)]
-        assert [p["seconds"] for p in sorted(largest, key=lambda p: p["ranks"])] == \
-            sorted(p["seconds"] for p in largest), "more hosts must not all-reduce faster"
+        timing_holds([p["seconds"] for p in sorted(largest, key=lambda p: p["ranks"])] ==
+                     sorted(p["seconds"] for p in largest), f"at {gbit:g} Gbit/s more hosts all-reduced faster")
         lines.append(f"  shaped {gbit:g} Gbit/s, {LATENCY_US:g} us -> fitted {net.name}")
-        assert 0.75 * gbit <= net.gbit <= 1.1 * gbit, f"shaped {gbit} Gbit/s but the all-reduce saw {net.name}"
+        timing_holds(0.75 * gbit <= net.gbit <= 1.1 * gbit, f"shaped {gbit:g} Gbit/s but the all-reduce saw {net.name}")
     print("\nGbit/s hosts        MB   measured ms   model ms\n" + "\n".join(lines))
 
 
@@ -277,5 +295,5 @@ def test_plan_predicts_step_time_on_2_3_4_hosts(cluster, experiment, network_at,
         f"{n} hosts {p.step:.3f} s" for n, p in profiles.items()))
     print("Gbit/s hosts | measured: step  compute exposed overlap | plan: step  compute exposed overlap | "
           "error | largest bucket: measured vs model\n" + "\n".join(rows))
-    assert all(abs(e) <= TOLERANCE for e in errors.values()), \
-        {k: f"{100 * e:+.1f}%" for k, e in errors.items() if abs(e) > TOLERANCE}
+    misses = {f"{g:g} Gbit/s x {n} hosts": f"{100 * e:+.1f}%" for (g, n), e in errors.items() if abs(e) > TOLERANCE}
+    timing_holds(not misses, f"plan against measured step outside {100 * TOLERANCE:.0f}%: {misses}")
