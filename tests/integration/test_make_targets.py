@@ -53,6 +53,9 @@ def one_error_line(done: subprocess.CompletedProcess) -> str:
     return lines[0]
 
 
+# A user meets the package check as root: every target that needs Debian's
+# packages checks for root first (as non-root, `make test` found this).
+@pytest.mark.cluster
 def test_missing_packages_name_them_and_the_fix():
     line = one_error_line(make("test-slurm", "CI_DEBS=make no-such-package-cpuddp"))
     assert "missing Debian packages no-such-package-cpuddp" in line and "make ci-deps" in line
