@@ -57,6 +57,7 @@ TIMING = os.environ.get("CPUDDP_SCALING_TIMING", "gate")
 CORES = len(os.sched_getaffinity(0))
 BATCH, SEQ_LEN, STEPS = 8, 64, 9  # DDP rebuilds buckets after step 1; steps 3-8 are timed
 
+
 def timing_holds(ok: bool, miss: str) -> None:
     """A timing's bound: fails the test, or under CPUDDP_SCALING_TIMING=report
     prints the miss in one line (the runs behind it have already succeeded)."""

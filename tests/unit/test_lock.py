@@ -42,5 +42,5 @@ def test_every_pin_admits_the_oldest_python_the_readme_promises():
 def test_the_venv_holds_the_locked_versions():
     locked = pins()
     installed = {canonicalize_name(d.metadata["Name"]): d.version for d in metadata.distributions()}
-    differ = {n: (v, installed.get(n)) for n, v in locked.items() if installed.get(n, v) != v}
+    differ = {n: (v, installed.get(n)) for n, v in locked.items() if installed.get(n) != v}
     assert not differ, differ

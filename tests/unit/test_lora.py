@@ -159,7 +159,6 @@ def data_dir(tmp_path):
 def test_the_built_state_trains_the_adapters_and_head_alone(tiny_model_dir, data_dir, precision):
     import logging
 
-
     from workflow.scripts.launch.ranks import DistEnv
     from workflow.scripts.settings.decisions import RunDecisions
     from workflow.scripts.settings.views import TrainView
