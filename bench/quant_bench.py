@@ -39,7 +39,7 @@ from bench.quant_stacks import OTHERS
 from workflow.scripts.common import tasks
 from workflow.scripts.probes import hardware, versions
 from workflow.scripts.common.errors import UserError, run_cli
-from workflow.scripts.infer import gate, policy, quantize, runtime, speed, stacks
+from workflow.scripts.infer import artifacts, gate, policy, quantize, runtime, speed, stacks
 from workflow.scripts.infer.shapes import SHAPE_MODES, bucket_lengths
 from workflow.scripts.settings.views import EvaluationSettings
 
@@ -55,12 +55,12 @@ def label(name: str) -> str:
 
 def workflow_candidates(model, task, calibration, work: Path, pad_id: int, buckets) -> dict:
     """Eager fp32 and every shape mode of OpenVINO fp32 and int8, as the workflow builds them."""
-    outputs = stacks.output_names(task)
+    outputs = artifacts.output_names(task)
     built = {"fp32_openvino": stacks.to_openvino(model, calibration[0], outputs),
              "int8": stacks.quantize_openvino(model, calibration, outputs)}
     models = {"fp32": (model, contextlib.nullcontext)}
     for name, ov_model in built.items():
-        stacks.save_openvino(ov_model, work / name / stacks.IR_FILE)
+        stacks.save_openvino(ov_model, work / name / artifacts.IR_FILE)
         for mode in SHAPE_MODES:
             loaded = stacks.load_ir(work / name, outputs, mode, buckets, pad_id)
             models[f"{name}:{mode}"] = (loaded, contextlib.nullcontext)

@@ -16,7 +16,7 @@ from helpers.workflow import snakemake, write_config
 from helpers.workflow import tiny_experiment
 from workflow.scripts.common import tasks
 from workflow.scripts.probes import hardware
-from workflow.scripts.infer import gate, quantize, runtime, stacks
+from workflow.scripts.infer import artifacts, gate, quantize, runtime, stacks
 from workflow.scripts.common.errors import UserError
 
 MRPC = tasks.get_task("mrpc")
@@ -94,8 +94,8 @@ def test_deploy_holds_the_fastest_model_that_meets_the_gates(quantized_run):
 
 def test_artifact_is_verified_and_int8(quantized_run):
     artifact = quantized_run[0] / "results/tiny/default/model_int8"
-    meta = json.loads((artifact / stacks.META_FILE).read_text())
-    assert (artifact / stacks.IR_FILE).is_file() and (artifact / "openvino_model.bin").is_file()
+    meta = json.loads((artifact / artifacts.META_FILE).read_text())
+    assert (artifact / artifacts.IR_FILE).is_file() and (artifact / "openvino_model.bin").is_file()
     assert meta["stack"] == "openvino" and meta["calibration_samples"] == 32
     assert meta["versions"]["openvino"] and meta["versions"]["nncf"]
     assert meta["verification"] == {"rows": 40, "max_abs_diff": 0.0}

@@ -22,7 +22,8 @@ from workflow.scripts.common import tasks
 from workflow.scripts.probes import hardware
 from workflow.scripts.settings import config as cfg
 from workflow.scripts.common.errors import UserError
-from workflow.scripts.infer import convert, deploy, evaluate, policy, quantize, runtime, runtimes, shapes, speed, stacks
+from workflow.scripts.infer import (artifacts, convert, deploy, evaluate, policy, quantize, runtime, runtimes, shapes,
+                                    speed, stacks)
 
 def write(path, value) -> str:
     path.write_text(json.dumps(value))
@@ -184,7 +185,7 @@ def test_auto_without_int8_instructions_skips_and_says_why(mrpc, monkeypatch):
     monkeypatch.setattr(hardware, "cpu_summary", lambda: {"cpu_model": "AMD EPYC 7B12", "isa_flags": EPYC_ZEN2,
                                                           "physical_cores": 1, "logical_cpus": 1, "sockets": 1})
     quantize_into(work, paths, "mrpc", work / "skipped", enabled="auto")
-    assert [p.name for p in (work / "skipped").iterdir()] == [stacks.META_FILE]
+    assert [p.name for p in (work / "skipped").iterdir()] == [artifacts.META_FILE]
     with pytest.raises(UserError, match="holds no INT8 model: quantization.enabled auto: not quantized"):
         stacks.load_quantized(work / "skipped")
     result = run_runtimes(work, paths, "mrpc", int8=work / "skipped", name="skipped", enabled="auto")
@@ -223,7 +224,7 @@ def test_auto_on_this_cpu_follows_its_flags(mrpc, monkeypatch):
     if pays:
         assert len(calls) == 1 and "int8 expected to pay" in calls[0]["reason"]
     else:
-        assert not calls and not stacks.is_quantized(work / "auto")
+        assert not calls and not artifacts.is_quantized(work / "auto")
     # the real run of the fixture (enabled true) recorded the same reading of this CPU
     assert result["quantization"]["int8_expected_to_pay"] is pays
 

@@ -4,7 +4,7 @@ candidate drops out", not as a failure."""
 
 from __future__ import annotations
 
-from workflow.scripts.infer import convert, stacks
+from workflow.scripts.infer import artifacts, convert, stacks
 from workflow.scripts.infer.quantize import skip
 
 
@@ -30,4 +30,4 @@ def test_int8_that_cannot_be_made_is_a_skip_record(tmp_path):
     reason = stacks.unconvertible("qwen2", ValueError("unsupported op"), "quantize")
     assert reason.endswith("int8 drops out of the deploy candidates") and "qwen2" in reason
     skip(tmp_path / "model_int8", {"quantize": False, "reason": reason})
-    assert stacks.is_quantized(tmp_path / "model_int8") is False
+    assert artifacts.is_quantized(tmp_path / "model_int8") is False

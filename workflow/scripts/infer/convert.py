@@ -23,7 +23,7 @@ from workflow.scripts.settings import step
 from workflow.scripts.probes import versions
 from workflow.scripts.common.atomic import atomic_dir, write_json
 from workflow.scripts.settings.views import ConvertView
-from workflow.scripts.infer import stacks
+from workflow.scripts.infer import artifacts, stacks
 from workflow.scripts.infer.runtime import load_for_eval, model_inputs
 from workflow.scripts.data.batching import pad_collate
 
@@ -37,7 +37,7 @@ def convert(model_dir, tokenized_dir, out_dir, task_name: str) -> dict:
     model = load_for_eval(str(model_dir), task)
     train = datasets.load_from_disk(str(tokenized_dir))["train"]
     example = pad_collate(tokenizer.pad_token_id)([model_inputs(train)[0]])
-    outputs = stacks.output_names(task)
+    outputs = artifacts.output_names(task)
     try:
         converted = stacks.to_openvino(model, example, outputs)
     except Exception as err:  # an architecture OpenVINO cannot take: the candidate drops out, the run goes on
@@ -45,7 +45,7 @@ def convert(model_dir, tokenized_dir, out_dir, task_name: str) -> dict:
     with atomic_dir(out_dir) as tmp:
         tokenizer.save_pretrained(tmp)
         model.config.save_pretrained(tmp)
-        stacks.save_openvino(converted, tmp / stacks.IR_FILE)
+        stacks.save_openvino(converted, tmp / artifacts.IR_FILE)
         meta = {
             "stack": "openvino",
             "precision": "fp32",
@@ -71,13 +71,13 @@ def not_converted(out_dir, reason: str) -> dict:
 
 def dropped(model_dir) -> str | None:
     """Why there is no fp32 OpenVINO model in `model_dir`, or None when there is one."""
-    meta = stacks.read_meta(model_dir, META_FILE, "convert_openvino", "OpenVINO fp32 model")
+    meta = artifacts.read_meta(model_dir, META_FILE, "convert_openvino", "OpenVINO fp32 model")
     return None if meta.get("converted", True) else meta["reason"]
 
 
 def load_converted(model_dir, shapes: str = "dynamic", buckets=None, pad_id: int = 0, threads: int | None = None):
     """The fp32 IR of `model_dir` (made by this step), ready to call."""
-    meta = stacks.read_meta(model_dir, META_FILE, "convert_openvino", "OpenVINO fp32 model")
+    meta = artifacts.read_meta(model_dir, META_FILE, "convert_openvino", "OpenVINO fp32 model")
     return stacks.load_ir(model_dir, meta["outputs"], shapes, buckets, pad_id, threads)
 
 

@@ -27,7 +27,7 @@ from workflow.scripts.probes import hardware
 from workflow.scripts.common.atomic import atomic_dir, read_json, write_json
 from workflow.scripts.common.errors import UserError
 from workflow.scripts.settings.views import DeployView
-from workflow.scripts.infer import policy, stacks
+from workflow.scripts.infer import artifacts, policy
 
 DEPLOY_FILE = policy.DEPLOY_FILE
 SNAKEMAKE_MARKERS = (".snakemake",)  # .snakemake_timestamp of directory outputs
@@ -46,7 +46,7 @@ def deployment(evaluation: dict, task: tasks.Task) -> dict:
         cpu = evaluation.get("cpu") or hardware.cpu_tag(hardware.cpu_summary())
     metrics = {k: v for k, v in entry.items() if k.removesuffix("_mm") in task.metrics}
     return {"candidate": name, "label": policy.LABELS[name], "source": policy.FOLDERS[name], "why": why,
-            "measured_on": cpu, "task": task.name, "outputs": list(stacks.output_names(task)),
+            "measured_on": cpu, "task": task.name, "outputs": list(artifacts.output_names(task)),
             **{k: entry.get(k) for k in KEPT}, "metrics": metrics}
 
 
@@ -98,10 +98,11 @@ def load_deployed(path, threads: int | None = None):
     """(model, tokenizer) of a deploy/ folder, the model called like a Hugging Face one."""
     from transformers import AutoTokenizer
 
+    from workflow.scripts.infer import stacks  # torch and OpenVINO: here, not in the deploy step
     from workflow.scripts.infer.runtime import load_for_eval
 
     path = Path(path)
-    meta = stacks.read_meta(path, DEPLOY_FILE, "deploy_model", "deployment")
+    meta = artifacts.read_meta(path, DEPLOY_FILE, "deploy_model", "deployment")
     tokenizer = AutoTokenizer.from_pretrained(path)
     if meta["runtime"] == "openvino":
         model = stacks.load_ir(path, meta["outputs"], meta["shapes"], meta["buckets"], tokenizer.pad_token_id,

@@ -44,7 +44,7 @@ from workflow.scripts.probes import hardware, intel, versions
 from workflow.scripts.common.atomic import atomic_dir, read_json, write_json
 from workflow.scripts.common.errors import UserError
 from workflow.scripts.settings.views import QuantizeView
-from workflow.scripts.infer import policy, stacks
+from workflow.scripts.infer import artifacts, policy, stacks
 from workflow.scripts.infer.runtime import forward_all, load_for_eval
 from workflow.scripts.data.batching import PAD_KEYS, pad_collate
 
@@ -99,12 +99,12 @@ def verify_reload(in_memory, reloaded, tokenized, task, pad_id, batch_size: int 
 def _save_and_reload(stack, quantized, tmp: Path, outputs, inputs, threads):
     """Write the artifact into `tmp`: (in-memory model, reloaded model, facts)."""
     if stack == "ipex":
-        torch.jit.save(quantized, str(tmp / stacks.TORCHSCRIPT_FILE))
-        reloaded = torch.jit.load(str(tmp / stacks.TORCHSCRIPT_FILE))
+        torch.jit.save(quantized, str(tmp / artifacts.TORCHSCRIPT_FILE))
+        reloaded = torch.jit.load(str(tmp / artifacts.TORCHSCRIPT_FILE))
         return (stacks.wrap_torchscript(quantized, outputs, inputs),
                 stacks.wrap_torchscript(reloaded, outputs, inputs), {})
-    stacks.save_openvino(quantized, tmp / stacks.IR_FILE)
-    reloaded = stacks.read_openvino(tmp / stacks.IR_FILE, threads)
+    stacks.save_openvino(quantized, tmp / artifacts.IR_FILE)
+    reloaded = stacks.read_openvino(tmp / artifacts.IR_FILE, threads)
     int8, total, other = stacks.int8_linear_layers(reloaded)
     if total == 0 or other:
         raise UserError(f"only {int8} of {total} Linear layers run in INT8 on this CPU "
@@ -129,7 +129,7 @@ def quantize(model_dir, tokenized_dir, out_dir, task_name: str, calibration_samp
     tokenized = datasets.load_from_disk(str(tokenized_dir))
     rows = calibration_rows(tokenized["train"], calibration_samples)
     calibration = calibration_batches(rows, tokenizer.pad_token_id)
-    outputs, inputs = stacks.output_names(task), tuple(calibration[0])
+    outputs, inputs = artifacts.output_names(task), tuple(calibration[0])
     start = time.perf_counter()
     quantized = (stacks.quantize_ipex(model, calibration) if stack == "ipex"
                  else stacks.quantize_openvino(model, calibration, outputs))
@@ -156,7 +156,7 @@ def quantize(model_dir, tokenized_dir, out_dir, task_name: str, calibration_samp
             **facts,
             "verification": check,
         }
-        write_json(tmp / stacks.META_FILE, meta)  # last: its presence marks a finished artifact
+        write_json(tmp / artifacts.META_FILE, meta)  # last: its presence marks a finished artifact
     return meta
 
 
@@ -164,7 +164,7 @@ def skip(out_dir, decision: dict) -> dict:
     """The folder of a run that is not quantized: only quantize.json, saying why."""
     meta = {"quantized": False, "decision": decision}
     with atomic_dir(out_dir) as tmp:
-        write_json(tmp / stacks.META_FILE, meta)
+        write_json(tmp / artifacts.META_FILE, meta)
     return meta
 
 

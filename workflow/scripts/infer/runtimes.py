@@ -29,7 +29,7 @@ from workflow.scripts.settings import step
 from workflow.scripts.probes import hardware
 from workflow.scripts.common.atomic import read_json, write_json
 from workflow.scripts.settings.views import QuantizationSettings, RuntimesView
-from workflow.scripts.infer import convert, gate, policy, runtime, speed, stacks
+from workflow.scripts.infer import artifacts, convert, gate, policy, runtime, speed, stacks
 from workflow.scripts.infer.shapes import SHAPE_MODES, bucket_lengths
 
 EAGER = "fp32"
@@ -47,8 +47,8 @@ def load_models(args, task, decisions, pad_id: int, buckets: list[int]) -> tuple
     loaders = {}
     if convert.dropped(args.openvino) is None:  # else OpenVINO could not convert this architecture
         loaders["fp32_openvino"] = lambda mode: convert.load_converted(args.openvino, mode, buckets, pad_id)
-    if stacks.is_quantized(args.int8):
-        if stacks.read_meta(args.int8)["stack"] == "ipex":
+    if artifacts.is_quantized(args.int8):
+        if artifacts.read_meta(args.int8)["stack"] == "ipex":
             models["int8"], variants["int8"] = (stacks.load_quantized(args.int8), contextlib.nullcontext), ["int8"]
         else:
             loaders["int8"] = lambda mode: stacks.load_quantized(args.int8, shapes=mode, buckets=buckets,
@@ -181,7 +181,7 @@ def evaluate_runtimes(args, config: RuntimesView, decisions) -> dict:
         entry.update(timing[name], model=policy.FOLDERS[name])
         if "shapes" in entry:
             entry["buckets"] = buckets if entry["shapes"] == "buckets" else None
-    meta = stacks.read_meta(args.int8)
+    meta = artifacts.read_meta(args.int8)
     verdict = speed_gate(entries, gates, meta.get("stack"))
     deploy, why = policy.choose_deploy(entries)
     if dropped := convert.dropped(args.openvino):

@@ -15,21 +15,12 @@ import numpy as np
 import torch
 
 from workflow.scripts.probes import hardware, intel
-from workflow.scripts.common.atomic import read_json
 from workflow.scripts.common.errors import UserError
+from workflow.scripts.infer.artifacts import IR_FILE, TORCHSCRIPT_FILE, read_meta
 from workflow.scripts.infer.shapes import BucketedRunner
-
-IR_FILE = "openvino_model.xml"
-TORCHSCRIPT_FILE = "model_int8.pt"
-META_FILE = "quantize.json"
 # OpenVINO CPU layer types of Linear layers, and the precisions that mean INT8.
 LINEAR_LAYER_TYPES = ("FullyConnected",)
 INT8_PRECISIONS = ("u8", "i8")
-
-
-def output_names(task) -> tuple[str, ...]:
-    """The outputs of a task's model (tasks.Task): logits, or the two QA logits."""
-    return ("start_logits", "end_logits") if task.is_qa else ("logits",)
 
 
 class CallableModel:
@@ -196,20 +187,6 @@ def wrap_torchscript(module, outputs, inputs) -> CallableModel:
 
 
 # ---------------------------------------------------------------- artifact
-
-def read_meta(model_dir, meta_file: str = META_FILE, rule: str = "quantize_static",
-              what: str = "INT8 artifact") -> dict:
-    """The metadata file an artifact step writes last (its presence marks a finished artifact)."""
-    path = Path(model_dir) / meta_file
-    if not path.is_file():
-        raise UserError(f"{model_dir} is not a finished {what} (no {meta_file}); rerun {rule}")
-    return read_json(path)
-
-
-def is_quantized(model_dir) -> bool:
-    """False for the folder quantize_static leaves where it decided not to quantize."""
-    return bool(read_meta(model_dir).get("quantized", True))
-
 
 def load_ir(model_dir, outputs, shapes: str = "dynamic", buckets=None, pad_id: int = 0,
             threads: int | None = None) -> CallableModel:

@@ -1,0 +1,25 @@
+"""Steps that only read, copy or launch start without importing torch or
+transformers (about 5-9 s a process on a 2-core VM, paid by every job of
+every run): the launcher, the node check, the deploy step and the report."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from helpers.workflow import REPO
+
+HEAVY = ("torch", "transformers", "datasets", "openvino")
+LIGHT_STEPS = ("workflow.scripts.launch", "workflow.scripts.nodes.check", "workflow.scripts.infer.deploy",
+               "workflow.scripts.report.summary", "workflow.scripts.report.render")
+
+
+@pytest.mark.parametrize("module", LIGHT_STEPS)
+def test_a_light_step_imports_no_heavy_package(module):
+    probe = (f"import sys, {module}; "
+             f"print(' '.join(m for m in {HEAVY!r} if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "", f"{module} imports {done.stdout.strip()} at start-up"
