@@ -39,7 +39,7 @@ from bench.quant_stacks import OTHERS
 from workflow.scripts.common import tasks
 from workflow.scripts.probes import hardware, versions
 from workflow.scripts.common.errors import UserError, run_cli
-from workflow.scripts.infer import artifacts, gate, policy, quantize, runtime, speed, stacks
+from workflow.scripts.infer import artifacts, gate, int8, policy, runtime, speed, stacks
 from workflow.scripts.infer.shapes import SHAPE_MODES, bucket_lengths
 from workflow.scripts.settings.views import EvaluationSettings
 
@@ -191,7 +191,7 @@ def main(argv=None) -> None:
     print(f"CPU {tag}, {threads} threads: {support['implies']}; " + ", ".join(f"{k} {v}" for k, v in found.items()))
     tokenized = datasets.load_from_disk(args.data)
     pad_id = AutoTokenizer.from_pretrained(args.model).pad_token_id
-    calibration = quantize.calibration_batches(quantize.calibration_rows(tokenized["train"], args.calibration_samples),
+    calibration = int8.calibration_batches(int8.calibration_rows(tokenized["train"], args.calibration_samples),
                                                pad_id)
     model = runtime.load_for_eval(args.model, task)
     start, work = time.perf_counter(), Path(args.work)

@@ -105,9 +105,9 @@ def test_sigterm_and_rerun_resume_exactly_with_the_masters(tokenized, uninterrup
 def test_int8_calibration_takes_the_bf16_master_model(uninterrupted, tokenized, tmp_path):
     """The saved model (fp32) goes through NNCF's calibration and OpenVINO
     as any other, and the reloaded int8 artifact is verified against it."""
-    from workflow.scripts.infer import quantize
+    from workflow.scripts.infer import int8
 
     _, data_dir = tokenized
-    meta = quantize.quantize(uninterrupted / "run" / "model", data_dir, tmp_path / "int8", "mrpc", 16, threads=1)
+    meta = int8.quantize(uninterrupted / "run" / "model", data_dir, tmp_path / "int8", "mrpc", 16, threads=1)
     assert meta["quantized"] and meta["calibration_samples"] == 16
     assert meta["verification"]["rows"] == 16 and meta["verification"]["max_abs_diff"] == 0.0

@@ -1,6 +1,8 @@
 """Steps that only read, copy or launch start without importing torch or
 transformers (about 5-9 s a process on a 2-core VM, paid by every job of
-every run): the launcher, the node check, the deploy step and the report."""
+every run): the launcher, the node check, the deploy step, the quantize
+step up to its decision (auto on a CPU without VNNI or AMX stops there)
+and the report."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from helpers.workflow import REPO
 
 HEAVY = ("torch", "transformers", "datasets", "openvino")
 LIGHT_STEPS = ("workflow.scripts.launch", "workflow.scripts.nodes.check", "workflow.scripts.infer.deploy",
-               "workflow.scripts.report.summary", "workflow.scripts.report.render")
+               "workflow.scripts.infer.quantize", "workflow.scripts.report.summary", "workflow.scripts.report.render")
 
 
 @pytest.mark.parametrize("module", LIGHT_STEPS)

@@ -16,7 +16,7 @@ from helpers.workflow import snakemake, write_config
 from helpers.workflow import tiny_experiment
 from workflow.scripts.common import tasks
 from workflow.scripts.probes import hardware
-from workflow.scripts.infer import artifacts, gate, quantize, runtime, stacks
+from workflow.scripts.infer import artifacts, gate, int8, runtime, stacks
 from workflow.scripts.common.errors import UserError
 
 MRPC = tasks.get_task("mrpc")
@@ -49,9 +49,9 @@ def test_workflow_quantizes_and_evaluates_int8(quantized_run):
         assert keys <= set(run["eval"][name]), name
         assert run["eval"][name]["samples"] == 40
         assert 0 < run["eval"][name]["latency_ms_p50"] <= run["eval"][name]["latency_ms_p99"]
-    int8 = run["eval"]["int8"]
-    assert {"speedup_vs_fp32_same_runtime", "speedup_vs_eager", "recommended", "shapes"} <= set(int8)
-    assert int8["recommended"] is (int8["speedup_vs_fp32_same_runtime"] >= 1.0)
+    entry = run["eval"]["int8"]
+    assert {"speedup_vs_fp32_same_runtime", "speedup_vs_eager", "recommended", "shapes"} <= set(entry)
+    assert entry["recommended"] is (entry["speedup_vs_fp32_same_runtime"] >= 1.0)
 
 
 def test_summary_says_what_int8_does_on_this_cpu(quantized_run):
@@ -113,7 +113,7 @@ def test_artifact_reloads_and_answers_like_a_model(quantized_run):
     a, _ = runtime.forward_all(first, validation, 16, 0, contextlib.nullcontext)
     b, _ = runtime.forward_all(second, validation, 16, 0, contextlib.nullcontext)
     assert np.stack(a).shape == (40, 2)
-    assert quantize.max_abs_diff(a, b) == 0.0
+    assert int8.max_abs_diff(a, b) == 0.0
 
 
 def test_nothing_to_do_after_a_quantized_run(quantized_run):
@@ -152,19 +152,19 @@ def _accuracy(model, split) -> float:
 def test_int8_keeps_the_accuracy_of_a_learned_task(learned, tmp_path):
     import datasets
 
-    meta = quantize.quantize(learned / "model", learned / "tokenized", tmp_path / "int8", "mrpc", 64)
+    meta = int8.quantize(learned / "model", learned / "tokenized", tmp_path / "int8", "mrpc", 64)
     assert meta["verification"]["max_abs_diff"] == 0.0 and meta["calibration_samples"] == 64
     validation = datasets.load_from_disk(str(learned / "tokenized"))["validation"]
     fp32 = _accuracy(runtime.load_for_eval(str(learned / "model"), MRPC), validation)
-    int8 = _accuracy(stacks.load_quantized(tmp_path / "int8"), validation)
+    quantized = _accuracy(stacks.load_quantized(tmp_path / "int8"), validation)
     assert fp32 >= 0.95, f"the tiny model did not learn the task ({fp32})"
-    gate.check_accuracy_gate(MRPC, {"accuracy": fp32}, {"accuracy": int8}, max_drop=1.0)
+    gate.check_accuracy_gate(MRPC, {"accuracy": fp32}, {"accuracy": quantized}, max_drop=1.0)
 
 
 def test_failed_verification_keeps_no_artifact(learned, tmp_path, monkeypatch):
-    monkeypatch.setattr(quantize, "max_abs_diff", lambda a, b: 0.5)
+    monkeypatch.setattr(int8, "max_abs_diff", lambda a, b: 0.5)
     with pytest.raises(UserError, match="reloaded INT8 model differs"):
-        quantize.quantize(learned / "model", learned / "tokenized", tmp_path / "int8", "mrpc", 8)
+        int8.quantize(learned / "model", learned / "tokenized", tmp_path / "int8", "mrpc", 8)
     assert not (tmp_path / "int8").exists()
     assert not list(tmp_path.glob(".int8.*"))
 
@@ -192,11 +192,11 @@ def test_gate_reads_squad_percentages_and_mnli_mismatched():
 
 def test_max_abs_diff_of_rows_and_qa_pairs():
     a = [np.array([1.0, 2.0]), np.array([0.0, 0.0])]
-    assert quantize.max_abs_diff(a, [x.copy() for x in a]) == 0.0
-    assert quantize.max_abs_diff(a, [a[0], np.array([0.0, -0.25])]) == 0.25
+    assert int8.max_abs_diff(a, [x.copy() for x in a]) == 0.0
+    assert int8.max_abs_diff(a, [a[0], np.array([0.0, -0.25])]) == 0.25
     qa = [(np.zeros(3), np.ones(3))]
-    assert quantize.max_abs_diff(qa, [(np.zeros(3), np.ones(3) * 2)]) == 1.0
-    assert quantize.max_abs_diff(qa, [(np.zeros(2), np.ones(3))]) == float("inf")
+    assert int8.max_abs_diff(qa, [(np.zeros(3), np.ones(3) * 2)]) == 1.0
+    assert int8.max_abs_diff(qa, [(np.zeros(2), np.ones(3))]) == float("inf")
 
 
 def test_missing_artifact_says_what_to_do(tmp_path):
@@ -210,13 +210,13 @@ def test_ipex_stack_without_ipex_names_what_to_install(monkeypatch, learned, tmp
     monkeypatch.setattr(intel, "installed_versions", lambda: {"torch": torch.__version__, intel.IPEX_MODULE: None,
                                                               intel.CCL_PACKAGE: None})
     with pytest.raises(UserError, match="intel-extension-for-pytorch"):
-        quantize.quantize(learned / "model", learned / "tokenized", tmp_path / "int8", "mrpc", 8, stack="ipex")
+        int8.quantize(learned / "model", learned / "tokenized", tmp_path / "int8", "mrpc", 8, stack="ipex")
 
 
 def test_calibration_rows_are_seeded_and_capped():
     import datasets
 
     train = datasets.Dataset.from_dict({"input_ids": [[101, i, 102] for i in range(10)], "labels": [0] * 10})
-    rows = quantize.calibration_rows(train, 4)
-    assert rows == quantize.calibration_rows(train, 4) and len(rows) == 4 and set(rows[0]) == {"input_ids"}
-    assert len(quantize.calibration_rows(train, 50)) == 10
+    rows = int8.calibration_rows(train, 4)
+    assert rows == int8.calibration_rows(train, 4) and len(rows) == 4 and set(rows[0]) == {"input_ids"}
+    assert len(int8.calibration_rows(train, 50)) == 10

@@ -22,8 +22,8 @@ from workflow.scripts.common import tasks
 from workflow.scripts.probes import hardware
 from workflow.scripts.settings import config as cfg
 from workflow.scripts.common.errors import UserError
-from workflow.scripts.infer import (artifacts, convert, deploy, evaluate, policy, quantize, runtime, runtimes, shapes,
-                                    speed, stacks)
+from workflow.scripts.infer import (artifacts, convert, deploy, evaluate, int8, policy, quantize, runtime, runtimes,
+                                    shapes, speed, stacks)
 
 def write(path, value) -> str:
     path.write_text(json.dumps(value))
@@ -196,7 +196,7 @@ def test_auto_without_int8_instructions_skips_and_says_why(mrpc, monkeypatch):
 
 
 def recording(calls: list):
-    """A stand-in for quantize.quantize that records the decision it gets and returns what quantize returns."""
+    """A stand-in for int8.quantize that records the decision it gets and returns what quantize returns."""
     def quantize_(*args, **kwargs):
         calls.append(kwargs["decision"])
         return {"quantized": True, "decision": kwargs["decision"]}
@@ -208,7 +208,7 @@ def test_true_without_int8_instructions_still_quantizes_and_says_so(mrpc, monkey
     monkeypatch.setattr(hardware, "cpu_summary", lambda: {"cpu_model": "AMD EPYC 7B12", "isa_flags": EPYC_ZEN2,
                                                           "physical_cores": 1, "logical_cpus": 1, "sockets": 1})
     calls = []
-    monkeypatch.setattr(quantize, "quantize", recording(calls))
+    monkeypatch.setattr(int8, "quantize", recording(calls))
     quantize_into(work, paths, "mrpc", work / "forced", enabled=True)
     (decision,) = calls
     assert decision["quantize"] is True and "int8 is not expected to be faster here" in decision["reason"]
@@ -218,7 +218,7 @@ def test_true_without_int8_instructions_still_quantizes_and_says_so(mrpc, monkey
 def test_auto_on_this_cpu_follows_its_flags(mrpc, monkeypatch):
     work, paths, result = mrpc
     calls = []
-    monkeypatch.setattr(quantize, "quantize", recording(calls))
+    monkeypatch.setattr(int8, "quantize", recording(calls))
     quantize_into(work, paths, "mrpc", work / "auto", enabled="auto")
     pays = hardware.low_precision_support(hardware.cpu_summary()["isa_flags"])["int8_expected_to_pay"]
     if pays:

@@ -20,144 +20,24 @@ inference rules (policy.quantize_decision): quantization.enabled auto
 quantizes only where the CPU has int8 dot-product instructions (VNNI or
 AMX); elsewhere the folder holds just `quantize.json` saying why not.
 
-The stacks themselves (convert, quantize, compile, load) are in stacks.py.
+The work itself is in int8.py, and the stacks (convert, quantize, compile,
+load) in stacks.py; both are imported only when a model is quantized, so
+that the step that decides not to (auto on a CPU without VNNI or AMX)
+starts in about a second rather than the five that torch costs.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import sys
-import time
 from pathlib import Path
-
-import datasets
-import numpy as np
-import torch
-from transformers import AutoTokenizer
-
-from workflow.scripts.common import tasks
 
 from workflow.scripts.settings import step
 
-from workflow.scripts.probes import hardware, intel, versions
+from workflow.scripts.probes import hardware
 from workflow.scripts.common.atomic import atomic_dir, read_json, write_json
-from workflow.scripts.common.errors import UserError
 from workflow.scripts.settings.views import QuantizeView
-from workflow.scripts.infer import artifacts, policy, stacks
-from workflow.scripts.infer.runtime import forward_all, load_for_eval
-from workflow.scripts.data.batching import PAD_KEYS, pad_collate
-
-STACK_PACKAGES = {"openvino": ("openvino", "nncf"), "ipex": (intel.IPEX_PACKAGE,)}
-STACKS = tuple(STACK_PACKAGES)
-CALIBRATION_SEED = 0
-VERIFY_BATCH_SIZE = 64
-
-
-# ---------------------------------------------------------------- calibration
-
-def calibration_rows(train, samples: int, seed: int = CALIBRATION_SEED) -> list[dict]:
-    """`samples` rows of the tokenized train split (seeded), model inputs only."""
-    keys = [k for k in PAD_KEYS if k in train.column_names]
-    count = min(samples, len(train))
-    picked = np.sort(np.random.default_rng(seed).choice(len(train), count, replace=False))
-    return [train.select_columns(keys)[int(i)] for i in picked]
-
-
-def calibration_batches(rows: list[dict], pad_id: int) -> list[dict]:
-    """One sample per batch: calibration statistics never see padding."""
-    collate = pad_collate(pad_id)
-    return [collate([row]) for row in rows]
-
-
-# ---------------------------------------------------------------- verification
-
-def max_abs_diff(first: list, second: list) -> float:
-    """Largest difference between two forward_all results (rows of arrays)."""
-    worst = 0.0
-    for a, b in zip(first, second, strict=True):
-        for x, y in zip(a if isinstance(a, tuple) else (a,), b if isinstance(b, tuple) else (b,)):
-            if x.shape != y.shape:
-                return float("inf")
-            worst = max(worst, float(np.max(np.abs(x - y), initial=0.0)))
-    return worst
-
-
-def verify_reload(in_memory, reloaded, tokenized, task, pad_id, batch_size: int = VERIFY_BATCH_SIZE) -> dict:
-    """Outputs of both on every validation split must be equal."""
-    rows, worst = 0, 0.0
-    for split in task.validation_splits:
-        first, _ = forward_all(in_memory, tokenized[split], batch_size, pad_id, contextlib.nullcontext)
-        second, _ = forward_all(reloaded, tokenized[split], batch_size, pad_id, contextlib.nullcontext)
-        rows, worst = rows + len(first), max(worst, max_abs_diff(first, second))
-    if worst != 0.0:
-        raise UserError(f"the reloaded INT8 model differs from the quantized model in memory "
-                        f"(max abs diff {worst:g} over {rows} evaluation rows); the artifact is not kept")
-    return {"rows": rows, "max_abs_diff": worst}
-
-
-def _save_and_reload(stack, quantized, tmp: Path, outputs, inputs, threads):
-    """Write the artifact into `tmp`: (in-memory model, reloaded model, facts)."""
-    if stack == "ipex":
-        torch.jit.save(quantized, str(tmp / artifacts.TORCHSCRIPT_FILE))
-        reloaded = torch.jit.load(str(tmp / artifacts.TORCHSCRIPT_FILE))
-        return (stacks.wrap_torchscript(quantized, outputs, inputs),
-                stacks.wrap_torchscript(reloaded, outputs, inputs), {})
-    stacks.save_openvino(quantized, tmp / artifacts.IR_FILE)
-    reloaded = stacks.read_openvino(tmp / artifacts.IR_FILE, threads)
-    int8, total, other = stacks.int8_linear_layers(reloaded)
-    if total == 0 or other:
-        raise UserError(f"only {int8} of {total} Linear layers run in INT8 on this CPU "
-                        f"(not: {', '.join(other[:5])}); the artifact is not kept")
-    in_memory = stacks.compile_openvino(quantized, threads)
-    facts = {"int8_linear_layers": int8, "linear_layers": total}
-    return stacks.wrap_openvino(in_memory, outputs), stacks.wrap_openvino(reloaded, outputs), facts
-
-
-# ---------------------------------------------------------------- the step
-
-def quantize(model_dir, tokenized_dir, out_dir, task_name: str, calibration_samples: int,
-             stack: str = "openvino", threads: int | None = None, decision: dict | None = None) -> dict:
-    """Quantize, save into `out_dir` atomically, reload, verify; return the metadata."""
-    if stack not in STACKS:
-        raise UserError(f"quantization.stack: {stack!r} is not one of {', '.join(STACKS)}")
-    task = tasks.for_data(task_name)  # the model folder holds its own labels
-    threads = threads or hardware.usable_cores(hardware.cpu_summary())
-    torch.set_num_threads(threads)
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    model = load_for_eval(str(model_dir), task)
-    tokenized = datasets.load_from_disk(str(tokenized_dir))
-    rows = calibration_rows(tokenized["train"], calibration_samples)
-    calibration = calibration_batches(rows, tokenizer.pad_token_id)
-    outputs, inputs = artifacts.output_names(task), tuple(calibration[0])
-    start = time.perf_counter()
-    quantized = (stacks.quantize_ipex(model, calibration) if stack == "ipex"
-                 else stacks.quantize_openvino(model, calibration, outputs))
-    seconds = time.perf_counter() - start
-    with atomic_dir(out_dir) as tmp:
-        tokenizer.save_pretrained(tmp)
-        model.config.save_pretrained(tmp)
-        in_memory, reloaded, facts = _save_and_reload(stack, quantized, tmp, outputs, inputs, threads)
-        check = verify_reload(in_memory, reloaded, tokenized, task, tokenizer.pad_token_id)
-        meta = {
-            "stack": stack,
-            "format": "TorchScript" if stack == "ipex" else "OpenVINO IR",
-            "versions": versions.installed("torch", "transformers", *STACK_PACKAGES[stack]),
-            "task": task.name,
-            "source_model": str(model_dir),
-            "calibration_samples": len(rows),
-            "calibration_split": "train",
-            "calibration_seed": CALIBRATION_SEED,
-            "inputs": list(inputs),
-            "outputs": list(outputs),
-            "quantize_seconds": round(seconds, 3),
-            "quantized": True,
-            "decision": decision,
-            **facts,
-            "verification": check,
-        }
-        write_json(tmp / artifacts.META_FILE, meta)  # last: its presence marks a finished artifact
-    return meta
+from workflow.scripts.infer import artifacts, policy
 
 
 def skip(out_dir, decision: dict) -> dict:
@@ -183,9 +63,11 @@ def main(argv=None) -> None:
     if not decision["quantize"]:
         skip(args.out, decision)
         return
+    from workflow.scripts.infer import int8, stacks  # torch, transformers, OpenVINO: only to quantize
+
     try:
-        meta = quantize(args.model, args.data, args.out, config.task, settings.calibration_samples,
-                        settings.stack, decision=decision)
+        meta = int8.quantize(args.model, args.data, args.out, config.task, settings.calibration_samples,
+                             settings.stack, decision=decision)
     except Exception as err:  # an architecture the OpenVINO stack cannot take: int8 drops out, the run goes on
         if settings.stack == "ipex":
             raise
