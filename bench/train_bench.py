@@ -235,7 +235,8 @@ def profile_lengths(task: str, batch: int = 16) -> list[int]:
     return [int(n) for n in drawn[middle:middle + batch]]
 
 
-def profile_row(model: str, precision: str, chosen: levers.Levers, model_code: str, task: str = "mrpc") -> dict:
+def profile_row(model: str, precision: str, chosen: levers.Levers, model_code: str, task: str = "mrpc",
+                batch: int = 16, threads: int = 1) -> dict:
     """One rank's step profiled on the model code the row trained
     (`model_code`: cpuddp, its own encoder; transformers, the model as
     transformers builds it) with `chosen` put in place as training puts it
@@ -247,7 +248,8 @@ def profile_row(model: str, precision: str, chosen: levers.Levers, model_code: s
     loaded = load_model(model, tasks.get_task(task))
     built, choice = code.build(model_code, loaded, False, False, chosen)
     speed.apply(built, chosen, speed.Parts(precision=precision))
-    return {**profile_step(built, precision, lengths=profile_lengths(task)), "model_code": choice.code}
+    return {**profile_step(built, precision, lengths=profile_lengths(task, batch), threads=threads),
+            "model_code": choice.code}
 
 
 # Levers whose value cpuddp's own encoder does not read (train/speed.py,

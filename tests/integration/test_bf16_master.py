@@ -12,17 +12,18 @@ from __future__ import annotations
 
 import json
 import os
-import signal
+import subprocess
+import sys
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
 from helpers.ranks import single_rank
-from workflow.scripts.common.errors import Preempted
+from helpers.workflow import REPO
 from workflow.scripts.nodes import describe as environment
 from workflow.scripts.settings.views import EnvironmentView
-from workflow.scripts.train import checkpoint, loop
+from workflow.scripts.train import checkpoint
 from workflow.scripts.train import rank as train
 
 STOP_AFTER = 5  # updates; 48 pairs x 2 epochs at batch 8: 12 updates
@@ -43,17 +44,45 @@ def args_for(config: dict, data_dir, work) -> list[str]:
             "--data", str(data_dir), "--out", str(work / "run"), "--log-dir", str(work / "logs")]
 
 
-def sigterm_after(updates: int, monkeypatch) -> None:
-    """A real SIGTERM to this process after `updates` updates, as a scheduler sends it."""
-    real, done = loop.train_step, []
+# The interrupted training runs in a fresh interpreter: a SIGTERM handled in
+# a pytest worker that had loaded OpenVINO in-process (test_quantize, on the
+# same xdist worker) crashed the worker with SIGSEGV (2026-11-27, 3 runs of 3,
+# also with the signal sent to the main thread). A rank never loads OpenVINO.
+INTERRUPTED = """
+import json, sys
+import pytest
+from helpers.ranks import single_rank
+from helpers.signals import sigterm_to_this_process
+from workflow.scripts.common.errors import Preempted
+from workflow.scripts.train import loop, rank as train
 
-    def step(*args):
-        loss = real(*args)
-        done.append(1)
-        if len(done) == updates:
-            os.kill(os.getpid(), signal.SIGTERM)
-        return loss
-    monkeypatch.setattr(loop, "train_step", step)
+argv, updates = json.loads(sys.argv[1]), int(sys.argv[2])
+real, done = loop.train_step, []
+
+def step(*args):
+    loss = real(*args)
+    done.append(1)
+    if len(done) == updates:  # a real SIGTERM, as a scheduler sends it
+        sigterm_to_this_process()
+    return loss
+
+with pytest.MonkeyPatch.context() as mp:
+    single_rank(mp)
+    mp.setattr(loop, "train_step", step)
+    try:
+        train.main(argv)
+    except Preempted:
+        print("preempted")
+"""
+
+
+def interrupted_run(argv: list[str], updates: int) -> str:
+    """Train `argv` in a fresh interpreter, SIGTERM after `updates` updates; its stdout."""
+    done = subprocess.run([sys.executable, "-c", INTERRUPTED, json.dumps(argv), str(updates)], cwd=REPO,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")])},
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
 
 
 def weights(work) -> dict:
@@ -80,22 +109,17 @@ def test_the_saved_model_is_fp32_masters_not_bf16(uninterrupted):
     assert all(loss == loss for _, loss in metrics["loss_history"])  # finite
 
 
-def test_sigterm_and_rerun_resume_exactly_with_the_masters(tokenized, uninterrupted, tmp_path, one_rank,
-                                                           monkeypatch):
+def test_sigterm_and_rerun_resume_exactly_with_the_masters(tokenized, uninterrupted, tmp_path, one_rank):
     config, data_dir = tokenized
     argv = args_for(config, data_dir, tmp_path / "work")
-    sigterm_after(STOP_AFTER, monkeypatch)
-    with pytest.raises(Preempted):
-        train.main(argv)
+    assert interrupted_run(argv, STOP_AFTER).strip().endswith("preempted")
     newest = checkpoint.valid(tmp_path / "work" / "run" / "checkpoints")[-1]
     state = checkpoint.read(newest)
     assert state["meta"]["step"] == STOP_AFTER  # seen at the end of the update it arrived in
     masters = state["optimizer"]["masters"]
     assert masters and {m.dtype for m in masters} == {torch.float32}
     assert state["model"]["encoder.embeddings.word.weight"].dtype == torch.bfloat16  # cpuddp's encoder's names
-    monkeypatch.undo()
-    single_rank(monkeypatch)  # a fresh port for the rerun's group
-    train.main(argv)
+    train.main(argv)  # the rerun, in this process (one_rank)
     metrics = json.loads((tmp_path / "work" / "run" / "train_metrics.json").read_text())
     assert metrics["resumed_from_step"] == STOP_AFTER
     resumed, straight = weights(tmp_path / "work"), weights(uninterrupted)
