@@ -7,10 +7,13 @@ import threading
 
 
 def sigterm_to_this_process() -> None:
-    """SIGTERM, delivered to the main thread, where Python runs every signal
-    handler. A process-directed kill may land on any thread: in a pytest
-    worker that had loaded OpenVINO in-process (test_quantize), landing on
-    one of its CPU plugin's threads crashed the worker with SIGSEGV under
-    pytest's faulthandler (2026-11-27, 3 runs of 3; 0 of 2 with the plugin
-    off). A rank never loads OpenVINO, and the handler under test is the same."""
+    """SIGTERM to the main thread, where Python runs every signal handler
+    (a process-directed kill may land on any thread).
+
+    Send it only where OpenVINO was never loaded: a fresh interpreter
+    (test_bf16_master) or the unit lane. In a pytest process that had
+    loaded an OpenVINO model (test_quantize, earlier on the same xdist
+    worker), a handled SIGTERM crashed the process with SIGSEGV, to any
+    thread (2026-11-27: 3 runs of 3 process-directed, 2 of 2 to the main
+    thread). A rank never loads OpenVINO."""
     signal.pthread_kill(threading.main_thread().ident, signal.SIGTERM)

@@ -46,8 +46,8 @@ def args_for(config: dict, data_dir, work) -> list[str]:
 
 # The interrupted training runs in a fresh interpreter: a SIGTERM handled in
 # a pytest worker that had loaded OpenVINO in-process (test_quantize, on the
-# same xdist worker) crashed the worker with SIGSEGV (2026-11-27, 3 runs of 3,
-# also with the signal sent to the main thread). A rank never loads OpenVINO.
+# same xdist worker) crashed the worker with SIGSEGV (2026-11-27; see
+# helpers/signals.py). A rank never loads OpenVINO.
 INTERRUPTED = """
 import json, sys
 import pytest
