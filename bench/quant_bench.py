@@ -192,7 +192,7 @@ def main(argv=None) -> None:
     tokenized = datasets.load_from_disk(args.data)
     pad_id = AutoTokenizer.from_pretrained(args.model).pad_token_id
     calibration = int8.calibration_batches(int8.calibration_rows(tokenized["train"], args.calibration_samples),
-                                               pad_id)
+                                           pad_id)
     model = runtime.load_for_eval(args.model, task)
     start, work = time.perf_counter(), Path(args.work)
     longest = max(len(ids) for s in task.validation_splits for ids in tokenized[s]["input_ids"])

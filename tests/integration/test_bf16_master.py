@@ -44,15 +44,15 @@ def args_for(config: dict, data_dir, work) -> list[str]:
             "--data", str(data_dir), "--out", str(work / "run"), "--log-dir", str(work / "logs")]
 
 
-# The interrupted training runs in a fresh interpreter: a SIGTERM handled in
-# a pytest worker that had loaded OpenVINO in-process (test_quantize, on the
-# same xdist worker) crashed the worker with SIGSEGV (2026-11-27; see
-# helpers/signals.py). A rank never loads OpenVINO.
+# The interrupted training runs in a fresh interpreter: in a pytest process
+# that had compiled an OpenVINO model (test_quantize, earlier on the same xdist
+# worker), a handled SIGTERM crashed the process with SIGSEGV (2026-11-27: 3
+# runs of 3; 2 of 2 with the signal sent to the main thread). A rank never
+# loads OpenVINO.
 INTERRUPTED = """
-import json, sys
+import json, os, signal, sys
 import pytest
 from helpers.ranks import single_rank
-from helpers.signals import sigterm_to_this_process
 from workflow.scripts.common.errors import Preempted
 from workflow.scripts.train import loop, rank as train
 
@@ -63,7 +63,7 @@ def step(*args):
     loss = real(*args)
     done.append(1)
     if len(done) == updates:  # a real SIGTERM, as a scheduler sends it
-        sigterm_to_this_process()
+        os.kill(os.getpid(), signal.SIGTERM)
     return loss
 
 with pytest.MonkeyPatch.context() as mp:

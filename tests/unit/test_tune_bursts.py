@@ -83,7 +83,7 @@ def test_an_earlier_tunings_saved_models_are_deleted_its_logs_kept(monkeypatch, 
 
 
 def test_a_sigterm_during_tuning_deletes_the_bursts_too(monkeypatch, tuning):
-    from helpers.signals import sigterm_to_this_process
+    import os
 
     argv, out = tuning
     run_training, calls = fake_training()
@@ -91,7 +91,7 @@ def test_a_sigterm_during_tuning_deletes_the_bursts_too(monkeypatch, tuning):
     def signalled(config, data, work, what):
         result = run_training(config, data, work, what)
         if len(calls) == 2:
-            sigterm_to_this_process()  # as Snakemake stops the job
+            os.kill(os.getpid(), signal.SIGTERM)  # as Snakemake stops the job
         return result
 
     monkeypatch.setattr(tune, "run_training", signalled)

@@ -18,6 +18,7 @@ from workflow.scripts.probes import hardware, intel
 from workflow.scripts.common.errors import UserError
 from workflow.scripts.infer.artifacts import IR_FILE, TORCHSCRIPT_FILE, read_meta
 from workflow.scripts.infer.shapes import BucketedRunner
+
 # OpenVINO CPU layer types of Linear layers, and the precisions that mean INT8.
 LINEAR_LAYER_TYPES = ("FullyConnected",)
 INT8_PRECISIONS = ("u8", "i8")
