@@ -2,7 +2,8 @@
 transformers (about 5-9 s a process on a 2-core VM, paid by every job of
 every run): the launcher, the node check, the deploy step, the quantize
 step up to its decision (auto on a CPU without VNNI or AMX stops there)
-and the report."""
+and the report. Scoring (every evaluating process, ranks included) imports
+neither scikit-learn nor scipy (2-4 s a process)."""
 
 from __future__ import annotations
 
@@ -25,3 +26,12 @@ def test_a_light_step_imports_no_heavy_package(module):
     done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "", f"{module} imports {done.stdout.strip()} at start-up"
+
+
+def test_scoring_imports_neither_scikit_learn_nor_scipy():
+    probe = ("import sys; from workflow.scripts.common.metrics import glue_metrics; "
+             "[glue_metrics(t, p, p) for t, p in (('mrpc', [0, 1]), ('cola', [0, 1]), ('stsb', [0.5, 1.0]))]; "
+             "print(' '.join(m for m in ('sklearn', 'scipy') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "", f"scoring imports {done.stdout.strip()}"

@@ -134,3 +134,63 @@ def test_no_answer_probability_above_threshold_means_no_answer():
     result = squad_metrics(preds, refs, probabilities,
                            no_answer_threshold=0.1)
     assert result["exact_match"] == 50.0  # q0 now answered "no answer"
+
+
+# ------------------------------------- the numpy metrics against their definitions
+
+def _random_cases(seed: int):
+    """Predictions and references of every shape the tasks score, with the
+    edge cases: one class only, nothing predicted, ties, constant sides."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 60))
+    binary = rng.integers(0, 2, (2, n))
+    classes = rng.integers(0, int(rng.integers(1, 5)), (2, n))
+    multi = rng.integers(0, 2, (2, n, int(rng.integers(2, 5))))  # one column would be binary to sklearn
+    floats = rng.integers(0, 6, (2, n)).astype(float) / 5  # STS-B's scale with many ties
+    return binary, classes, multi, floats
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_classification_metrics_equal_scikit_learn(seed):
+    import warnings
+
+    import numpy as np
+    from sklearn.metrics import f1_score, matthews_corrcoef
+
+    from workflow.scripts.common import metrics
+
+    binary, classes, multi, _ = _random_cases(seed)
+    cases = [(binary, "f1", lambda p, r: f1_score(r, p, zero_division=0)),
+             (binary, "matthews_correlation", lambda p, r: matthews_corrcoef(r, p)),
+             (classes, "matthews_correlation", lambda p, r: matthews_corrcoef(r, p))]
+    for data in (classes, multi):
+        for average in ("macro", "micro"):
+            cases.append((data, f"f1_{average}",
+                          lambda p, r, a=average: f1_score(r, p, average=a, zero_division=0)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for (p, r), name, reference in cases:
+            assert metrics._GLUE_METRICS[name](p, r) == pytest.approx(reference(p, r), abs=1e-12), name
+    assert metrics._GLUE_METRICS["f1"](np.zeros(3, int), np.zeros(3, int)) == 0.0
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_correlations_equal_scipy(seed):
+    import warnings
+
+    import numpy as np
+    from scipy import stats
+
+    from workflow.scripts.common import metrics
+
+    *_, (p, r) = _random_cases(seed)
+    for name, reference in (("pearson", stats.pearsonr), ("spearmanr", stats.spearmanr)):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            expected = reference(p, r)[0] if len(p) > 1 else float("nan")
+        ours = metrics._GLUE_METRICS[name](p, r)
+        assert (math.isnan(ours) and math.isnan(expected)) or ours == pytest.approx(expected, abs=1e-12), name
+    assert math.isnan(metrics._GLUE_METRICS["pearson"](np.ones(4), np.arange(4.0)))
+

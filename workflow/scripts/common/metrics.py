@@ -40,38 +40,92 @@ def glue_metrics(task, predictions, references) -> dict[str, float]:
             for name in task.metrics}
 
 
-# scipy and sklearn are imported when a metric is computed, not with this
-# module: every rank imports it, and their import costs seconds per process.
-def _f1_score(p, r, **kw):
-    from sklearn.metrics import f1_score
+# The classification and correlation metrics are written out in numpy, as
+# scikit-learn (f1_score, matthews_corrcoef) and scipy (pearsonr, spearmanr)
+# define them (tests/unit/test_metrics.py checks them against both): every
+# evaluating process imports this module, and importing those two libraries
+# cost 2-4 s per process.
+def _f_score(tp, fp, fn):
+    """F1 = 2tp / (2tp + fp + fn), per entry; 0 where nothing was predicted or
+    true (scikit-learn's zero_division=0, its default's value)."""
+    tp = np.asarray(tp, np.float64)
+    denominator = 2.0 * tp + fp + fn
+    return np.divide(2.0 * tp, denominator, out=np.zeros_like(denominator), where=denominator > 0)
 
-    return f1_score(r, p, **kw)
+
+def _counts(p, r, labels):
+    """Per label: (true positives, false positives, false negatives); p and r are
+    class ids ([rows]) or multi-hot rows ([rows, labels])."""
+    if p.ndim == 2:
+        predicted, true = p.astype(bool), r.astype(bool)
+    else:
+        predicted, true = p[:, None] == labels, r[:, None] == labels
+    return (predicted & true).sum(0), (predicted & ~true).sum(0), (~predicted & true).sum(0)
+
+
+def _labels(p, r):
+    """The labels scikit-learn averages over: those in either ([rows]) or every column."""
+    return np.arange(p.shape[1]) if p.ndim == 2 else np.union1d(p, r)
+
+
+def _f1_binary(p, r):
+    """Binary F1 of the positive class 1."""
+    return float(_f_score(*_counts(p, r, np.array([1])))[0])
+
+
+def _f1_macro(p, r):
+    return float(_f_score(*_counts(p, r, _labels(p, r))).mean())
+
+
+def _f1_micro(p, r):
+    return float(_f_score(*(counts.sum() for counts in _counts(p, r, _labels(p, r)))))
 
 
 def _matthews(p, r):
-    from sklearn.metrics import matthews_corrcoef
+    """Multi-class MCC from the confusion matrix (scikit-learn's form); 0 where
+    either side has a single class."""
+    labels = _labels(p, r)
+    confusion = np.array([[np.sum((r == t) & (p == q)) for q in labels] for t in labels], dtype=float)
+    true_sum, pred_sum, n = confusion.sum(1), confusion.sum(0), confusion.sum()
+    cov_tp = np.trace(confusion) * n - true_sum @ pred_sum
+    cov_pp, cov_tt = n * n - pred_sum @ pred_sum, n * n - true_sum @ true_sum
+    return 0.0 if cov_pp * cov_tt == 0 else float(cov_tp / np.sqrt(cov_tt * cov_pp))
 
-    return matthews_corrcoef(r, p)
+
+def _pearson(p, r):
+    """Pearson's r (nan for a constant side, as scipy's pearsonr)."""
+    x, y = np.asarray(p, np.float64), np.asarray(r, np.float64)
+    x, y = x - x.mean(), y - y.mean()
+    norm = np.sqrt((x @ x) * (y @ y))
+    return float("nan") if norm == 0 else float(np.clip((x @ y) / norm, -1.0, 1.0))
 
 
-def _correlation(name):
-    def compute(p, r):
-        from scipy import stats
+def _average_ranks(values):
+    """1-based ranks, ties sharing their mean rank (scipy's rankdata 'average')."""
+    values = np.asarray(values, np.float64)
+    order = np.argsort(values, kind="mergesort")
+    ordered = values[order]
+    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
+    ends = np.r_[starts[1:], len(values)]
+    ranks = np.empty(len(values))
+    ranks[order] = np.repeat((starts + ends + 1) / 2.0, ends - starts)
+    return ranks
 
-        return getattr(stats, name)(p, r)[0]
-    return compute
+
+def _spearman(p, r):
+    return _pearson(_average_ranks(p), _average_ranks(r))
 
 
 # Each takes (predictions, references), as evaluate's glue does.
 _GLUE_METRICS = {
     "accuracy": lambda p, r: (p == r).mean(),
-    "f1": _f1_score,  # binary, positive class 1
+    "f1": _f1_binary,
     "matthews_correlation": _matthews,
-    "pearson": _correlation("pearsonr"),
-    "spearmanr": _correlation("spearmanr"),
+    "pearson": _pearson,
+    "spearmanr": _spearman,
     "mse": lambda p, r: ((p - r) ** 2).mean(),
-    "f1_macro": lambda p, r: _f1_score(p, r, average="macro", zero_division=0),
-    "f1_micro": lambda p, r: _f1_score(p, r, average="micro", zero_division=0),
+    "f1_macro": _f1_macro,
+    "f1_micro": _f1_micro,
     "subset_accuracy": lambda p, r: (p == r).all(axis=1).mean(),  # every label of a row right
 }
 
