@@ -74,6 +74,13 @@ def test_environment_json_records_the_machine(tiny_run):
     assert env["backend"] == "gloo" and "oneccl" in env["backend_reason"]
 
 
+def test_each_step_writes_only_its_own_outputs(tiny_run):
+    """The tokenize step maps in memory: datasets would write its cache files
+    into the data step's folder, an output of another rule."""
+    raw = tiny_run[0] / "results/tiny/data/raw"
+    assert raw.is_dir() and not list(raw.rglob("cache-*.arrow"))
+
+
 def test_nothing_to_do_when_nothing_changed(tiny_run):
     work, configfile, _ = tiny_run
     done = snakemake(work, configfile, "--dry-run")
