@@ -39,6 +39,15 @@ class WholeStepProfile(TrainerCallback):
 
     def __init__(self, steps: int):
         self.steps, self.started, self.seconds, self.profiler = steps, None, [], None
+        self.batches = []  # (padded tokens, real tokens) of every batch, in the order collated
+
+    def collating(self, collator):
+        """The collator, noting each batch's padded and real tokens (batch k is step k's)."""
+        def collate(rows):
+            batch = collator(rows)
+            self.batches.append((batch["input_ids"].numel(), int(batch["attention_mask"].sum())))
+            return batch
+        return collate
 
     def on_step_begin(self, args, state, control, **kwargs):
         now = time.perf_counter()
@@ -60,7 +69,10 @@ class WholeStepProfile(TrainerCallback):
         if len(self.seconds) < self.steps or self.profiler is None:
             raise SystemExit(f"--profile-steps {self.steps} needs --steps {WARMUP_STEPS + 2 * self.steps + 1} or more")
 
-        return {"whole_step_seconds": self.seconds, **op_shares(self.profiler, self.steps)}
+        timed, profiled = (self.batches[WARMUP_STEPS + k * self.steps:WARMUP_STEPS + (k + 1) * self.steps]
+                           for k in (0, 1))
+        return {"whole_step_seconds": self.seconds, **op_shares(self.profiler, self.steps),
+                "timed_tokens": [list(t) for t in timed], "profiled_tokens": [list(t) for t in profiled]}
 
 
 def main() -> None:
@@ -108,6 +120,7 @@ def main() -> None:
         # ranks x too large.
         average_tokens_across_devices=False)
     profiled = WholeStepProfile(args.profile_steps) if args.profile_steps else None
+    collator = profiled.collating(collator) if profiled else collator
     trainer = Trainer(model=model, args=training, train_dataset=data["train"], eval_dataset=data["validation"],
                       data_collator=collator, callbacks=[profiled] if profiled else None)
     start = time.perf_counter()

@@ -140,7 +140,9 @@ def main(argv=None) -> None:
         for code, precision, chosen in rows:
             row = train_bench.profile_row(model, precision, chosen, code, args.task, args.batch, args.threads)
             gflops = row["matmul_gflops"] / args.threads
-            print(f"{row['model_code']} ({precision}): step {row['step_seconds']:.3f} s, "
+            tokens = sum(train_bench.profile_lengths(args.task, args.batch))
+            print(f"{row['model_code']} ({precision}): step {row['step_seconds']:.3f} s "
+                  f"({tokens / row['step_seconds']:.0f} real tokens/s), "
                   f"matmul {100 * row['matmul_share']:.1f}% of it; the step's matmul FLOPs over the whole step: "
                   f"{gflops:.1f} GFLOP/s ({100 * gflops / peak:.0f}% of the peak); top ops {row['top']}")
         if args.trainer:
@@ -167,13 +169,16 @@ def trainer_row(work, model: str, args, bf16: bool, peak: float, steps: int = 8)
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     subprocess.run(program, check=True, env=env, capture_output=True)
     profiled = json.loads((out / "rank0.json").read_text())["profile"]
-    whole = profiled["whole_step_seconds"]
-    seconds = statistics.median(whole)
-    gflops = profiled["matmul_gflop_per_step"] / seconds / args.threads
-    return (f"Trainer at its best ({'bf16' if bf16 else 'fp32'}, one process): whole step {seconds:.3f} s "
-            f"(median of {steps}, {min(whole):.3f}-{max(whole):.3f}), "
-            f"matmul {100 * profiled['matmul_share']:.1f}% of it; the step's matmul FLOPs over the whole step: "
-            f"{gflops:.1f} GFLOP/s ({100 * gflops / peak:.0f}% of the peak); top ops {profiled['top']}")
+    whole, timed, shown = profiled["whole_step_seconds"], profiled["timed_tokens"], profiled["profiled_tokens"]
+    real = sum(r for _, r in timed) / sum(whole)
+    # The profiled steps are other batches (the sampler runs from long to short): their
+    # FLOPs per real token, at the timed steps' real tokens per second.
+    gflops = profiled["matmul_gflop_per_step"] * len(shown) / sum(r for _, r in shown) * real / args.threads
+    return (f"Trainer at its best ({'bf16' if bf16 else 'fp32'}, one process): {steps} whole steps "
+            f"{min(whole):.3f}-{max(whole):.3f} s, {real:.0f} real tokens/s (padding "
+            f"{100 * (1 - sum(r for _, r in timed) / sum(p for p, _ in timed)):.0f}% of the tokens), "
+            f"matmul {100 * profiled['matmul_share']:.1f}% of the profiled steps; matmul FLOPs at that rate: "
+            f"{gflops:.1f} GFLOP/s a thread ({100 * gflops / peak:.0f}% of the peak); top ops {profiled['top']}")
 
 
 if __name__ == "__main__":
