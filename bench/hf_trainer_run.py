@@ -39,6 +39,7 @@ class WholeStepProfile(TrainerCallback):
 
     def __init__(self, steps: int):
         self.steps, self.started, self.seconds, self.profiler = steps, None, [], None
+        self.every = []  # every step's seconds, warm-up and profiled ones included
         self.batches = []  # (padded tokens, real tokens) of every batch, in the order collated
 
     def collating(self, collator):
@@ -52,6 +53,8 @@ class WholeStepProfile(TrainerCallback):
     def on_step_begin(self, args, state, control, **kwargs):
         now = time.perf_counter()
         done = state.global_step - WARMUP_STEPS  # steps finished since the warm-up
+        if self.started is not None:
+            self.every.append(now - self.started)
         if 0 < done <= self.steps:
             self.seconds.append(now - self.started)
         if done == self.steps:
@@ -71,8 +74,9 @@ class WholeStepProfile(TrainerCallback):
 
         timed, profiled = (self.batches[WARMUP_STEPS + k * self.steps:WARMUP_STEPS + (k + 1) * self.steps]
                            for k in (0, 1))
-        return {"whole_step_seconds": self.seconds, **op_shares(self.profiler, self.steps),
-                "timed_tokens": [list(t) for t in timed], "profiled_tokens": [list(t) for t in profiled]}
+        return {"whole_step_seconds": self.seconds, "every_step_seconds": self.every,
+                **op_shares(self.profiler, self.steps), "timed_tokens": [list(t) for t in timed],
+                "profiled_tokens": [list(t) for t in profiled]}
 
 
 def main() -> None:
