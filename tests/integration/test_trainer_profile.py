@@ -26,8 +26,7 @@ def test_the_trainer_times_and_profiles_its_whole_steps(tmp_path, tiny_model_dir
     profiled = json.loads((out / "rank0.json").read_text())["profile"]
     assert len(profiled["whole_step_seconds"]) == steps and min(profiled["whole_step_seconds"]) > 0
     assert len(profiled["every_step_seconds"]) == 3 + 2 * steps
-    assert 0 < profiled["matmul_share"] < 1 and profiled["matmul_gflop_per_step"] > 0
-    assert "aten::addmm" in dict(profiled["top"])
+    assert 0 < profiled["matmul_share"] < 1 and profiled["matmul_gflop_per_step"] > 0 and len(profiled["top"]) == 8
     # the batches of the timed steps: padded and real tokens, long to short (length-grouped)
     timed = profiled["timed_tokens"]
     assert len(timed) == steps and all(0 < real <= padded for padded, real in timed)
