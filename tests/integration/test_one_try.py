@@ -128,6 +128,37 @@ def test_a_process_dies_with_its_parent():
         time.sleep(0.05)
 
 
+def try_processes(work: Path) -> list[psutil.Process]:
+    """Every live process of a try in `work` (mpiexec.hydra, the proxy and the ranks name it)."""
+    found = []
+    for process in psutil.process_iter(["cmdline"]):
+        if str(work) in " ".join(process.info["cmdline"] or []) and not gone(process):
+            found.append(process)
+    return found
+
+
+@pytest.mark.timeout(300)
+def test_a_try_killed_with_its_whole_process_group_leaves_nothing(tmp_path, mpi_path):
+    """The launcher and its output's tee SIGKILLed together (the job's process group,
+    as `kill -9 -- -PGID` or a job manager does): the guard, whose stderr was that tee,
+    still ends mpirun's session and frees the run for the next try."""
+    argv = write_launch(tmp_path, {})
+    with Background(argv, env=ENV, cwd=REPO) as first:
+        wait_running(tmp_path / "logs", 1, first)
+        assert len(try_processes(tmp_path)) >= 3  # mpiexec.hydra, hydra_pmi_proxy, the rank
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait()
+        deadline = time.monotonic() + 2 + 5 + 30  # exit_grace_seconds, the guard's SIGKILL wait, slack
+        while left := try_processes(tmp_path):
+            assert time.monotonic() < deadline, f"the try outlived its launcher: {[p.info['cmdline'] for p in left]}"
+            time.sleep(0.2)
+    # and the run's lock is free for the next try (the guard held it)
+    import fcntl
+
+    with open(tmp_path / "results/run/try.lock") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+
 @pytest.mark.timeout(300)
 def test_a_second_try_waits_then_names_the_holder_and_writes_nothing(tmp_path, mpi_path):
     argv = write_launch(tmp_path, {})

@@ -109,13 +109,25 @@ def signal_all(pids, signum: int) -> None:
             os.kill(pid, signum)
 
 
+def say(line: str) -> None:
+    """A line to the launcher's output, if anything still reads it. The guard's
+    stderr is the launcher's: the pipe into its tee (attempt.copy_output),
+    which dies with the launcher when the job's whole process group is
+    killed; writing there then fails (EPIPE), and must not stop the guard
+    before it has ended the launch."""
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except OSError:
+        sys.stderr = open(os.devnull, "w")  # noqa: SIM115 (for good: no second failure at exit)
+
+
 def end(sid: int, grace: float) -> None:
     """SIGTERM to the session (ssh clients last), SIGKILL after `grace` s."""
     first = members(sid)
     if not first:
         return
-    print(f"guard: the launcher is gone; stopping its launch (session {sid}, {len(first)} processes): "
-          f"SIGTERM, SIGKILL after {grace:g} s", file=sys.stderr, flush=True)
+    say(f"guard: the launcher is gone; stopping its launch (session {sid}, {len(first)} processes): "
+        f"SIGTERM, SIGKILL after {grace:g} s")
     signal_all([pid for pid, name in first.items() if name not in SPARED], signal.SIGTERM)
     deadline = time.monotonic() + grace
     while time.monotonic() < deadline and [pid for pid, n in members(sid).items() if n not in SPARED]:
