@@ -2,16 +2,16 @@
 of BERT-base training's linear-layer matmuls, fp32, on one and two threads, as
 autograd runs them: forward addmm(b, x, W.t()), dX = g @ W, dW = g.t() @ x,
 over the 1,722 real tokens of bench.step_profile's batch of 32 at MRPC's
-median lengths; best of three 1-second loops each.
+median lengths; best of three 1-second loops each (probes/matmul.py's timer).
 
     python -m bench.matmul_threads
 """
 
 from __future__ import annotations
 
-import time
-
 import torch
+
+from workflow.scripts.probes.matmul import product_gflops
 
 TOKENS = 1722
 LAYERS = {"qkvo 768->768": (768, 768), "ffn_in 768->3072": (768, 3072), "ffn_out 3072->768": (3072, 768)}
@@ -22,16 +22,9 @@ def cases(k: int, n: int) -> dict:
     return {"fwd": lambda: torch.addmm(b, x, w.t()), "dX": lambda: torch.mm(g, w), "dW": lambda: torch.mm(g.t(), x)}
 
 
-def gflops(fn, flops: int, threads: int, seconds: float = 1.0) -> float:
+def gflops(product, flops: int, threads: int) -> float:
     torch.set_num_threads(threads)
-    best = 0.0
-    for _ in range(3):
-        n, start = 0, time.perf_counter()
-        while time.perf_counter() - start < seconds:
-            fn()
-            n += 1
-        best = max(best, n * flops / (time.perf_counter() - start) / 1e9)
-    return best
+    return product_gflops(product, flops, seconds=1.0, best_of=3)
 
 
 def main() -> None:

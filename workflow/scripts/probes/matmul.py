@@ -16,12 +16,18 @@ def matmul_gflops(dtype, size: int = 512, seconds: float = 0.3, *, shape: tuple[
 
     m, k, n = shape or (size, size, size)
     a, b = torch.randn(m, k).to(dtype), torch.randn(k, n).to(dtype)
+    return product_gflops(lambda: a @ b, 2 * m * k * n, seconds, best_of)
+
+
+def product_gflops(product, flops: int, seconds: float = 0.3, best_of: int = 1) -> float:
+    """GFLOP/s of `product()`, a product of `flops` floating-point operations:
+    the best of `best_of` timings of `seconds` each, each after one untimed call."""
     best = 0.0
     for _ in range(best_of):
-        a @ b
+        product()
         start, count = time.perf_counter(), 0
         while time.perf_counter() - start < seconds:
-            a @ b
+            product()
             count += 1
-        best = max(best, 2 * m * k * n * count / (time.perf_counter() - start) / 1e9)
+        best = max(best, flops * count / (time.perf_counter() - start) / 1e9)
     return best
