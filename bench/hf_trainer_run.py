@@ -11,8 +11,8 @@ mrpc scores F1 (positive class) and accuracy. --evaluate scores dev even
 with --steps; --profile-steps N times N whole steps (data, collation,
 forward, backward, optimizer and the Trainer's own work between them)
 after 3 warm-up steps, then profiles N more with torch.profiler, into
-rank0.json's `profile` (bench/step_profile.py --trainer); rank0.json holds the logged losses (`loss_history`, [step,
-loss] every --log-every steps, the mean over ranks of that window,
+rank0.json's `profile` (bench/step_profile.py --trainer); rank0.json
+holds the logged losses (`loss_history`, [step, loss] every --log-every steps, the mean over ranks of that window,
 divided by the factor this Trainer scales the loss by, `logged_loss_scale`).
 """
 
@@ -38,7 +38,7 @@ class WholeStepProfile(TrainerCallback):
     profiler off, then N profiled (ops' self CPU time and matmul FLOPs)."""
 
     def __init__(self, steps: int):
-        self.steps, self.started, self.seconds, self.profiler = steps, None, [], None
+        self.steps, self.started, self.profiler = steps, None, None
         self.every = []  # every step's seconds, warm-up and profiled ones included
         self.batches = []  # (padded tokens, real tokens) of every batch, in the order collated
 
@@ -55,8 +55,6 @@ class WholeStepProfile(TrainerCallback):
         done = state.global_step - WARMUP_STEPS  # steps finished since the warm-up
         if self.started is not None:
             self.every.append(now - self.started)
-        if 0 < done <= self.steps:
-            self.seconds.append(now - self.started)
         if done == self.steps:
             from torch.profiler import ProfilerActivity, profile
 
@@ -69,14 +67,14 @@ class WholeStepProfile(TrainerCallback):
     def summary(self) -> dict:
         from bench.step_profile import op_shares
 
-        if len(self.seconds) < self.steps or self.profiler is None:
+        if len(self.every) < WARMUP_STEPS + 2 * self.steps:
             raise SystemExit(f"--profile-steps {self.steps} needs --steps {WARMUP_STEPS + 2 * self.steps + 1} or more")
 
-        timed, profiled = (self.batches[WARMUP_STEPS + k * self.steps:WARMUP_STEPS + (k + 1) * self.steps]
-                           for k in (0, 1))
-        return {"whole_step_seconds": self.seconds, "every_step_seconds": self.every,
-                **op_shares(self.profiler, self.steps), "timed_tokens": [list(t) for t in timed],
-                "profiled_tokens": [list(t) for t in profiled]}
+        timed, profiled = (slice(WARMUP_STEPS + k * self.steps, WARMUP_STEPS + (k + 1) * self.steps) for k in (0, 1))
+        timed_tokens, profiled_tokens = self.batches[timed], self.batches[profiled]
+        return {"whole_step_seconds": self.every[timed], "every_step_seconds": self.every,
+                **op_shares(self.profiler, self.steps), "timed_tokens": [list(t) for t in timed_tokens],
+                "profiled_tokens": [list(t) for t in profiled_tokens]}
 
 
 def main() -> None:

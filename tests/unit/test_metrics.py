@@ -1,11 +1,13 @@
 """GLUE and SQuAD metrics against hand-computed values."""
 
 import math
+import warnings
 
+import numpy as np
 import pytest
 
-from workflow.scripts.common.metrics import (MetricsError, glue_metrics,
-                                      normalize_answer, squad_metrics)
+from workflow.scripts.common.metrics import (_GLUE_METRICS, MetricsError, glue_metrics,
+                                             normalize_answer, squad_metrics)
 
 
 # -------------------------------------------------------------------- GLUE
@@ -141,8 +143,6 @@ def test_no_answer_probability_above_threshold_means_no_answer():
 def _random_cases(seed: int):
     """Predictions and references of every shape the tasks score, with the
     edge cases: one class only, nothing predicted, ties, constant sides."""
-    import numpy as np
-
     rng = np.random.default_rng(seed)
     n = int(rng.integers(1, 60))
     binary = rng.integers(0, 2, (2, n))
@@ -154,12 +154,7 @@ def _random_cases(seed: int):
 
 @pytest.mark.parametrize("seed", range(60))
 def test_classification_metrics_equal_scikit_learn(seed):
-    import warnings
-
-    import numpy as np
     from sklearn.metrics import f1_score, matthews_corrcoef
-
-    from workflow.scripts.common import metrics
 
     binary, classes, multi, _ = _random_cases(seed)
     cases = [(binary, "f1", lambda p, r: f1_score(r, p, zero_division=0)),
@@ -172,25 +167,19 @@ def test_classification_metrics_equal_scikit_learn(seed):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for (p, r), name, reference in cases:
-            assert metrics._GLUE_METRICS[name](p, r) == pytest.approx(reference(p, r), abs=1e-12), name
-    assert metrics._GLUE_METRICS["f1"](np.zeros(3, int), np.zeros(3, int)) == 0.0
+            assert _GLUE_METRICS[name](p, r) == pytest.approx(reference(p, r), abs=1e-12), name
+    assert _GLUE_METRICS["f1"](np.zeros(3, int), np.zeros(3, int)) == 0.0
 
 
 @pytest.mark.parametrize("seed", range(60))
 def test_correlations_equal_scipy(seed):
-    import warnings
-
-    import numpy as np
     from scipy import stats
-
-    from workflow.scripts.common import metrics
 
     *_, (p, r) = _random_cases(seed)
     for name, reference in (("pearson", stats.pearsonr), ("spearmanr", stats.spearmanr)):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             expected = reference(p, r)[0] if len(p) > 1 else float("nan")
-        ours = metrics._GLUE_METRICS[name](p, r)
+        ours = _GLUE_METRICS[name](p, r)
         assert (math.isnan(ours) and math.isnan(expected)) or ours == pytest.approx(expected, abs=1e-12), name
-    assert math.isnan(metrics._GLUE_METRICS["pearson"](np.ones(4), np.arange(4.0)))
-
+    assert math.isnan(_GLUE_METRICS["pearson"](np.ones(4), np.arange(4.0)))
