@@ -16,6 +16,7 @@ from workflow.scripts.settings import config as cfg
 from workflow.scripts.settings import levers
 from workflow.scripts.settings.views import Lora
 from workflow.scripts.train import lora, master, model_code, speed
+from workflow.scripts.train.encoder.guard import replaced_forwards
 
 
 def decoder(kind: str):
@@ -83,6 +84,7 @@ def test_levers_under_peft_apply_or_say_why_not():
     assert parts.rows_of is None
     assert status["attention"] == f"on ({chosen.attention})" and status["dropout"] == "on (fast)"
     assert model.get_base_model().config._attn_implementation == chosen.attention
+    assert replaced_forwards(model) == []  # peft wraps modules in its own; no forward is replaced
 
 
 def test_bf16_master_keeps_masters_of_the_trainable_parameters_only():
