@@ -8,7 +8,8 @@
 #   make test-cluster      the `cluster` tests: namespace hosts, a real Slurm
 #                          cluster, Debian's MPICH and Open MPI, tmpfs (root, `make ci-deps`)
 #   make test-intel        the Intel env's tests (mk/intel.mk)
-#   make test-all          everything, each lane timed, then every skip and why (CI)
+#   make test-all          every test lane, each timed, then every skip and why (CI
+#                          runs it, then `make docs` and `make test-scaling`: .ci/run)
 # A test that needs what `make test` lacks carries a marker (`cluster`, `intel`;
 # pytest.ini) and is not collected there. A target whose prerequisites are
 # missing fails at once with one line that names the fix; it never passes by

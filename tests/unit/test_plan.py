@@ -3,12 +3,18 @@ the network fit, the recommendation, and the plan and compare commands."""
 
 from __future__ import annotations
 
+import argparse
+import copy
+import json
 
 import pytest
 
 from helpers.plan_profile import profile
 from helpers.one_rank import one_rank_group
-from workflow.scripts.plan import plan_tables
+from workflow.helpers.stages import stage_config
+from workflow.scripts.plan import plan, plan_tables
+from workflow.scripts.settings import config as cfg, views
+from workflow.scripts.settings.schema import derive, section_schema
 from workflow.scripts.plan.scaling_model import (MB, Levers, Network, allreduce_seconds, buckets,
                                                    fit_network, predict)
 
@@ -85,6 +91,39 @@ def test_recommendation_and_where_efficiency_falls():
     assert all(r["efficiency"] >= 0.9 for r in rows if r["levers"] == rec["levers"] and r["nodes"] <= rec["nodes"])
     low = rec["below_75"]["no levers"]
     assert low is None or plain[low - 1]["efficiency"] < 0.75 <= plain[low - 2]["efficiency"]
+
+
+def test_the_plan_defaults_are_the_schema_s(monkeypatch):
+    """Without a configuration the plan's options are the schema's plan
+    section (its typed view), not values of the plan's own."""
+    schema = section_schema("plan")
+    assert plan.settings(None, argparse.Namespace()) == {k: s["default"] for k, s in schema["properties"].items()}
+    changed = copy.deepcopy(schema)
+    changed["properties"]["latency_us"]["default"] = 7
+    changed["properties"]["bandwidth_gbit"]["default"] = [100]
+    monkeypatch.setattr(plan, "PlanSettings", derive("PlanSettings", changed, {}, module=views.__name__))
+    chosen = plan.settings(None, argparse.Namespace(max_nodes=4))
+    assert (chosen["latency_us"], chosen["bandwidth_gbit"], chosen["max_nodes"]) == (7, [100], 4)
+
+
+def test_the_plan_reads_its_slice_as_the_plan_view(tmp_path, capsys):
+    """The workflow's plan slice becomes the plan stage's view once, in
+    main; its plan section, then the command line, set the options."""
+    config = cfg.validate({
+        "experiment": "e", "task": "mrpc", "model": "m", "distributed": {"hostfile": "h"},
+        "sweep": {"nodes": [1, 2, 4]}, "plan": {"bandwidth_gbit": [10], "max_nodes": 8},
+        "published": {"source": "s", "figures": {"n2": {"speedup": 1.7}, "n4": {"speedup": 3.0}}}})
+    (tmp_path / "plan.json").write_text(json.dumps(stage_config("plan", config)))
+    (tmp_path / "profile.json").write_text(json.dumps({**profile().to_dict(), "model": "m", "seq_len": 128}))
+    view = plan.read_config(str(tmp_path / "plan.json"))
+    assert isinstance(view, views.PlanView)
+    made = plan.make_plan(profile().to_dict(), view, plan.settings(view, argparse.Namespace(latency_us=20.0)), None)
+    assert made["title"] == "e" and made["published_efficiency"] == {2: 0.85, 4: 0.75}
+    assert {k: made["settings"][k] for k in ("bandwidth_gbit", "latency_us", "max_nodes", "target_efficiency")} == {
+        "bandwidth_gbit": [10], "latency_us": 20.0, "max_nodes": 8, "target_efficiency": 0.9}
+    plan.main(["--profile", str(tmp_path / "profile.json"), "--config", str(tmp_path / "plan.json"),
+               "--latency-us", "20"])
+    assert "10 Gbit/s, 20 us" in capsys.readouterr().out
 
 
 def test_model_buckets_match_real_ddp(tiny_model_dir):

@@ -7,8 +7,8 @@ recommendation for a target efficiency, a table and a chart.
         [--bandwidth-gbit 10 25] [--latency-us 50] [--step-seconds S] [--target 0.9] [--out-dir DIR]
 
 C is the plan's configuration slice or an experiment file: its `plan`
-section gives the defaults of the options, its published figures are drawn
-beside the prediction. The model: scaling_model.py and docs/scaling-plan.md, The model.
+section gives the defaults of the options (without C: the schema's), its
+published figures are drawn beside the prediction. The model: scaling_model.py and docs/scaling-plan.md, The model.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import argparse
 from pathlib import Path
 
 from workflow.scripts.settings import config as cfg, profiles
+from workflow.scripts.settings.views import PlanSettings, PlanView
 from workflow.scripts.common.atomic import read_json, write_json
 from workflow.scripts.common.errors import run_cli
 from workflow.scripts.plan import plan_tables
@@ -24,24 +25,23 @@ from workflow.scripts.plan.chart import plot_plan
 from workflow.scripts.report.runs import published_figures
 from workflow.scripts.plan.scaling_model import Network, Profile, fit_network
 
-DEFAULTS = {"bandwidth_gbit": [10, 25], "latency_us": 50, "step_seconds": None, "max_nodes": 64,
-            "target_efficiency": 0.9}
 
-
-def read_config(path: str | None, profile: str | None = None) -> dict:
-    """An experiment file (under `profile`'s cluster when given) or a JSON slice."""
+def read_config(path: str | None, profile: str | None = None) -> PlanView | None:
+    """The plan stage's view of an experiment file (under `profile`'s
+    cluster when given) or of a JSON slice; None without either."""
     if not path:
-        return {}
+        return None
     if path.endswith((".yaml", ".yml")):
-        return profiles.experiment_config(path, profile)
-    return read_json(path)
+        return PlanView.pick(profiles.experiment_config(path, profile))
+    return PlanView.pick(read_json(path))
 
 
-def settings(config: dict, args) -> dict:
-    """The plan section, then the command line over it."""
-    plan = {**DEFAULTS, **{k: v for k, v in (config.get("plan") or {}).items() if v is not None}}
-    for key in DEFAULTS:
-        value = getattr(args, key, None)
+def settings(config: PlanView | None, args) -> dict:
+    """The plan section (without a configuration: the schema's defaults),
+    then the command line over it."""
+    plan = (config.plan if config else PlanSettings()).as_dict()
+    for key in plan:
+        value = getattr(args, key, None)  # the options are named after the section's keys
         if value is not None:
             plan[key] = value
     plan["step_seconds"] = plan["step_seconds"] or None  # --step-seconds 0: the measured step
@@ -53,12 +53,12 @@ def networks(plan: dict, measured: str | None) -> list[Network]:
     return found + [Network.stated(gbit, plan["latency_us"]) for gbit in plan["bandwidth_gbit"]]
 
 
-def published_efficiency(config: dict) -> dict[int, float]:
+def published_efficiency(config: PlanView | None) -> dict[int, float]:
     """Node count -> published efficiency (speedup / nodes) of the experiment's runs."""
-    figures = published_figures(config.get("published"))
-    if not figures or "sweep" not in config:
+    figures = published_figures(config.published) if config else {}
+    if not figures:
         return {}
-    runs = cfg.runs(config)
+    runs = cfg.runs(config.as_dict())  # the sweep expands mappings
     return {runs[name]["distributed"]["nodes"]: values["speedup"] / runs[name]["distributed"]["nodes"]
             for name, values in figures.items() if name in runs and "speedup" in values}
 
@@ -71,14 +71,14 @@ def inputs(profile: Profile, raw: dict, nets: list[Network]) -> list[str]:
     return lines + [f"network {net.name}" for net in nets]
 
 
-def make_plan(raw_profile: dict, config: dict, plan: dict, measured: str | None) -> dict:
+def make_plan(raw_profile: dict, config: PlanView | None, plan: dict, measured: str | None) -> dict:
     profile = Profile.from_dict(raw_profile)
     if plan["step_seconds"]:
         profile = profile.scaled_to(plan["step_seconds"])
     nets = networks(plan, measured)
     rows = plan_tables.predictions(profile, nets, plan["max_nodes"])
     recommendations = plan_tables.recommend(rows, plan["target_efficiency"])
-    return {"title": config.get("experiment") or raw_profile.get("model", "plan"), "settings": plan,
+    return {"title": (config and config.experiment) or raw_profile.get("model", "plan"), "settings": plan,
             "profile": {k: v for k, v in profile.to_dict().items() if k != "grads"},
             "networks": [{"name": n.name, "gbit": n.gbit, "latency_us": n.latency * 1e6} for n in nets],
             "inputs": inputs(profile, raw_profile, nets), "predictions": rows, "recommendations": recommendations,
