@@ -29,7 +29,7 @@ def test_a_light_step_imports_no_heavy_package(module):
 
 
 def test_scoring_imports_neither_scikit_learn_nor_scipy():
-    probe = ("import sys; from workflow.scripts.common.metrics import glue_metrics; "
+    probe = ("import sys; from workflow.scripts.data.metrics import glue_metrics; "
              "[glue_metrics(t, p, p) for t, p in (('mrpc', [0, 1]), ('cola', [0, 1]), ('stsb', [0.5, 1.0]))]; "
              "print(' '.join(m for m in ('sklearn', 'scipy') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=120)

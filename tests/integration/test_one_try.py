@@ -1,5 +1,5 @@
 """One try of a run at a time, and a try that ends with its job shell
-(launch/attempt.py, common/lifeline.py, launch/supervise.py): the real
+(launch/attempt.py, launch/lifeline.py, launch/supervise.py): the real
 launcher, Intel MPI's mpirun and real ranks.
 
 - the job shell of a training, or its launcher, is killed: nothing of
@@ -112,7 +112,7 @@ def snapshot(folder: Path) -> dict:
 CHILD_OF_A_SHORT_PARENT = """
 import subprocess, sys
 child = subprocess.Popen([sys.executable, "-c",
-    "import signal, time; from workflow.scripts.common import lifeline; "
+    "import signal, time; from workflow.scripts.launch import lifeline; "
     "lifeline.die_with_parent(signal.SIGKILL); print('armed', flush=True); time.sleep(60)"],
     stdout=subprocess.PIPE, text=True)
 assert child.stdout.readline().strip() == "armed"

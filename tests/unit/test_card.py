@@ -9,7 +9,8 @@ import re
 import pytest
 from huggingface_hub import ModelCard
 
-from workflow.scripts.common import card, hub
+from workflow.scripts.common import card
+from workflow.scripts.settings import hub
 from workflow.scripts.common.tasks import get_task
 from workflow.scripts.infer import deploy
 from workflow.scripts.settings import config as cfg
@@ -53,7 +54,7 @@ def test_train_card_has_no_results_and_a_local_base_model_by_name(tmp_path):
 
 
 def test_base_model_of_a_fetched_hub_copy_is_its_hub_id():
-    from workflow.scripts.common.model_copy import fetched_dir
+    from workflow.scripts.data.model_copy import fetched_dir
 
     assert card.base_model(fetched_dir("glue", "google-bert/bert-base-uncased")) == "google-bert/bert-base-uncased"
     assert card.base_model("distilbert-base-uncased") == "distilbert-base-uncased"

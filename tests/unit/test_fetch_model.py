@@ -11,7 +11,7 @@ import pytest
 from huggingface_hub.errors import LocalEntryNotFoundError
 
 from workflow.helpers import stages
-from workflow.scripts.common import model_copy
+from workflow.scripts.data import model_copy
 from workflow.scripts.common.errors import UserError
 from workflow.scripts.data import fetch_model
 

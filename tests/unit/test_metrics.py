@@ -6,7 +6,7 @@ import warnings
 import numpy as np
 import pytest
 
-from workflow.scripts.common.metrics import (_GLUE_METRICS, MetricsError, glue_metrics,
+from workflow.scripts.data.metrics import (_GLUE_METRICS, MetricsError, glue_metrics,
                                              normalize_answer, squad_metrics)
 
 

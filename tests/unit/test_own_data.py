@@ -136,7 +136,7 @@ def test_text_columns_are_refused_for_glue():
 
 
 def test_metrics_by_problem_type():
-    from workflow.scripts.common.metrics import glue_metrics
+    from workflow.scripts.data.metrics import glue_metrics
     four = tasks.with_labels(tasks.get_task("classification"), "abcd")
     assert set(glue_metrics(four, [0, 1, 2, 3], [0, 1, 2, 2])) == {"accuracy", "f1_macro"}
     two = tasks.with_labels(tasks.get_task("classification"), "ab")

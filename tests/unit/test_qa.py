@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from workflow.scripts.data import qa_features
-from workflow.scripts.common import qa
+from workflow.scripts.data import qa
 
 CONTEXT = "Hello brave new world"
 # Characters: Hello [0,5) brave [6,11) new [12,15) world [16,21).

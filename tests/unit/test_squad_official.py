@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from workflow.scripts.data import demo
-from workflow.scripts.common import metrics
+from workflow.scripts.data import metrics
 
 WHEEL = "allennlp_models-2.10.1-py3-none-any.whl"
 

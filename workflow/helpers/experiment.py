@@ -18,7 +18,7 @@ import re
 from workflow.helpers import stages
 from workflow.scripts.settings import config as cfg
 from workflow.scripts.settings import sweep as sweeps
-from workflow.scripts.common.model_copy import fetched_dir, is_hub_id, model_key
+from workflow.scripts.data.model_copy import fetched_dir, is_hub_id, model_key
 from workflow.scripts.report import glue_table
 
 NEVER = "(?!)"  # a wildcard constraint that matches nothing

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 
-from workflow.scripts.common.model_copy import local_model
+from workflow.scripts.data.model_copy import local_model
 
 SHARED_STAGES = ("data", "tokenize", "report", "plan")  # one per experiment
 RUN_STAGES = ("environment", "train", "evaluate", "convert", "quantize", "runtimes", "deploy")  # one per run of a sweep

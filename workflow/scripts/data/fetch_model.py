@@ -1,5 +1,5 @@
 """Fetch a Hub model once, on the launch node (or the Slurm login node),
-into a folder the ranks load with the Hub offline (common/model_copy.py).
+into a folder the ranks load with the Hub offline (data/model_copy.py).
 It goes through the Hugging Face cache (HF_HOME), so a model pre-fetched
 there (`hf download <id>`) is copied without the network.
 

@@ -3,7 +3,7 @@
 Follows transformers' examples (run_qa.py): contexts longer than max_length
 are split into overlapping windows ("features") of one example. Train
 features point at the answer's first and last token; eval features keep
-their example id and the offsets that post-processing (common.qa) maps back
+their example id and the offsets that post-processing (data/qa.py) maps back
 to characters of the context. Features are NOT padded (padding=False):
 batches are padded later, so each feature has its own length.
 """

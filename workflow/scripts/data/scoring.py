@@ -1,5 +1,5 @@
 """Scoring a model on validation splits: its outputs row by row and the
-task's metrics (common/metrics.py, common/qa.py for SQuAD). Shared by
+task's metrics (data/metrics.py, data/qa.py for SQuAD). Shared by
 evaluate_fp32 and evaluate_runtimes (infer/) and by evaluation during
 training (train/evaluation.py); any model called as `model(**batch)`
 returning `.logits` (or `.start_logits` and `.end_logits`) will do.
@@ -13,7 +13,8 @@ import datasets
 import numpy as np
 import torch
 
-from workflow.scripts.common import metrics, qa, tasks
+from workflow.scripts.common import tasks
+from workflow.scripts.data import metrics, qa
 from workflow.scripts.settings.views import EvaluationSettings
 from workflow.scripts.data.batching import PAD_KEYS, multi_hot, pad_collate
 

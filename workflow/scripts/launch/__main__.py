@@ -22,7 +22,7 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 
-from workflow.scripts.common import lifeline
+from workflow.scripts.launch import lifeline
 
 from workflow.scripts.settings import step
 from workflow.scripts.settings.views import DistributedSettings, TrainView

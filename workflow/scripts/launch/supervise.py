@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 
 import psutil
 
-from workflow.scripts.common import lifeline, logs
+from workflow.scripts.common import logs
+from workflow.scripts.launch import lifeline
 from workflow.scripts.launch import guard
 
 POLL_SECONDS = 0.5

@@ -13,7 +13,7 @@ from pathlib import Path
 import jsonschema
 import yaml
 
-from workflow.scripts.common import hub
+from workflow.scripts.settings import hub
 from workflow.scripts.common.errors import UserError
 from workflow.scripts.settings import layout
 from workflow.scripts.settings import sweep as sweeps
