@@ -15,6 +15,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from helpers import ci_skips
+
 TESTS = Path(__file__).resolve().parent
 
 
@@ -146,9 +148,9 @@ def unit_tests_start_no_process(request, monkeypatch, matplotlib_font_cache, one
 # ------------------------------------------------------------ skips under CI
 
 # A skip CI may see: the test runs in another target that CI calls, or it
-# depends on an instruction set this CPU lacks. Every other skip fails under
-# CI=true, where the packages, root and the Intel env are all provided.
-SKIP_ALLOWED_IN_CI = re.compile(r"runs in `make [\w-]+`|this CPU (has no|lacks)")
+# depends on an instruction set this CPU lacks (helpers/ci_skips.py). Every
+# other skip fails under CI=true, where the packages, root and the Intel env
+# are all provided.
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -157,7 +159,7 @@ def pytest_runtest_makereport(item, call):
     report = outcome.get_result()
     if os.environ.get("CI") == "true" and report.skipped and not hasattr(report, "wasxfail"):
         reason = str(report.longrepr[2]) if isinstance(report.longrepr, tuple) else str(report.longrepr)
-        if not SKIP_ALLOWED_IN_CI.search(reason):
+        if not ci_skips.allowed_in_ci(reason, ci_skips.this_lane()):
             report.outcome = "failed"
             report.longrepr = f"skipped under CI, where this must run: {reason}"
 
