@@ -18,10 +18,11 @@ from torch.nn.utils import clip_grads_with_norm_, get_total_norm
 
 from helpers.adamw import gaps, give_gradients, parameters, reference, relative_difference, two_groups, widen_into
 from helpers.tiny_encoders import tiny
+from helpers.tiny_family import tiny_hf
 from workflow.scripts.settings import levers
 from workflow.scripts.settings.decisions import RunDecisions
 from workflow.scripts.settings.views import TrainSettings
-from workflow.scripts.train import master, master_kernel, speed
+from workflow.scripts.train import encoder, master, master_kernel, speed
 from workflow.scripts.train.master import MasterAdamW
 from workflow.scripts.train.state import TrainingState, make_optimizer
 
@@ -183,7 +184,7 @@ def bf16_master_decisions(optimizer: str) -> RunDecisions:
 
 
 def test_the_lever_puts_one_pass_in_under_bf16_master_only():
-    model = tiny("Bert", "eager")
+    model, _ = encoder.build(tiny_hf("Bert", "classification"), "classification")  # not exact: the encoder's only
     master.to_bf16_encoder(model)
     decisions = bf16_master_decisions("one_pass")
     parts, status = speed.apply(model, decisions.levers, speed.Parts(precision="bf16_master"))
@@ -193,8 +194,11 @@ def test_the_lever_puts_one_pass_in_under_bf16_master_only():
     optimizer, _ = make_optimizer(model, TrainSettings(), 10, decisions, parts, log)
     assert isinstance(optimizer, MasterAdamW) and optimizer.one_pass
     assert lines and lines[0].startswith("optimizer one_pass: on")
-    _, status = speed.apply(tiny("Bert", "eager"), decisions.levers, speed.Parts(precision="fp32"))
+    fp32_model, _ = encoder.build(tiny_hf("Bert", "classification"), "classification")
+    _, status = speed.apply(fp32_model, decisions.levers, speed.Parts(precision="fp32"))
     assert status["optimizer"].startswith("off: train.precision fp32 has no fp32 masters")
+    _, status = speed.apply(tiny("Bert", "eager"), decisions.levers, speed.Parts(precision="bf16_master"))
+    assert status["optimizer"] == f"off: {speed.INEXACT}"  # transformers' models: exact levers only
     optimizer, _ = make_optimizer(model, TrainSettings(), 10, bf16_master_decisions("torch"), parts)
     assert not optimizer.one_pass  # the lever off: today's three passes
 
@@ -203,7 +207,7 @@ def test_without_a_compiler_a_reason_and_the_three_pass_path(monkeypatch, tmp_pa
     kernel, why = master_kernel.build(cc=str(tmp_path / "no-cc"), cache=tmp_path)
     assert kernel is None and why.startswith("no C compiler") and "\n" not in why
     monkeypatch.setenv("CC", str(tmp_path / "no-cc"))
-    model = tiny("Bert", "eager")
+    model, _ = encoder.build(tiny_hf("Bert", "classification"), "classification")
     master.to_bf16_encoder(model)
     decisions = bf16_master_decisions("one_pass")
     parts, status = speed.apply(model, decisions.levers, speed.Parts(precision="bf16_master"))

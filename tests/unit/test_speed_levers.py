@@ -108,7 +108,7 @@ def test_one_path_per_lever_schema_rules_and_apply_agree():
     schema = yaml.safe_load(Path("workflow/schemas/config.schema.yaml").read_text())
     keys = list(schema["properties"]["train"]["properties"]["speed"]["properties"])
     assert keys == levers.names() == list(levers.RULES)
-    assert set(speed.SHARED | speed.TRANSFORMERS) == set(speed.ENCODER | speed.SHARED) == set(levers.names())
+    assert set(speed.TRANSFORMERS) == set(speed.ENCODER | speed.ON_ENCODER) == set(levers.names())
     assert all(schema["properties"]["train"]["properties"]["speed"]["properties"][k]["enum"][0] == "auto"
                and levers.RULES[k].off in schema["properties"]["train"]["properties"]["speed"]["properties"][k]["enum"]
                for k in keys)
@@ -121,8 +121,9 @@ def test_on_transformers_models_only_exact_levers_that_replace_no_forward():
     parts, status = speed.apply(model, chosen)
     assert status.pop("allreduce") == "off: no process group"  # tests/integration/test_node_allreduce.py
     on = {name for name, state in status.items() if state.startswith("on")}
-    assert on == {"attention", "dropout", "embedding_allreduce", "optimizer"}, status
-    assert all(levers.RULES[name].exact or name == "optimizer" for name in on)
+    assert on == {"attention", "dropout", "embedding_allreduce"}, status
+    assert all(levers.RULES[name].exact for name in on)
+    assert status["optimizer"] == f"off: {speed.INEXACT}"
     assert status["padding"] == f"off: {speed.PATCHING}" and status["dropout_bits"] == f"off: {speed.UNDRAWN}"
     assert parts.rows_of is model.get_input_embeddings().weight
     assert replaced_forwards(model) == []

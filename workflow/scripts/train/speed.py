@@ -20,10 +20,11 @@ which draw the keep-mask from 32-bit integers, bit for bit the same masks
 each run; the attention's dropout stays transformers'). The others are off
 there with the reason.
 
-On both paths: optimizer `one_pass` (bf16_master's update in one C pass,
-train/master.py), allreduce `shm` (ranks of a node sum through shared
+On both paths: allreduce `shm` (ranks of a node sum through shared
 memory, train/node_allreduce.py), embedding_allreduce `rows` (only the
-touched rows of the word embedding, comm.py). And two that need no
+touched rows of the word embedding, comm.py). On cpuddp's encoder only, as
+it is not exact: optimizer `one_pass` (bf16_master's update in one C pass,
+train/master.py). And two that need no
 setting: gradient clipping skips its multiply when the total norm is within
 `max_grad_norm`; DDP broadcasts buffers only when some buffer changes in
 training (`buffers_change`).
@@ -116,8 +117,8 @@ INEXACT = "not exact, so only on cpuddp's encoder (train.model_code)"
 UNDRAWN = "fast dropout here draws 32 bits (exact); cpuddp's encoder's masks are the hash kernel's or torch's"
 # Levers on both paths, and on transformers' models (values other than the
 # rule's `off`; why not, or None when in place), in this order.
-SHARED = {"embedding_allreduce": _embedding_allreduce, "allreduce": _allreduce, "optimizer": _optimizer}
-TRANSFORMERS = {"attention": _attention, "dropout": _dropout, "dropout_bits": _off(UNDRAWN),
+SHARED = {"embedding_allreduce": _embedding_allreduce, "allreduce": _allreduce}
+TRANSFORMERS = {"attention": _attention, "dropout": _dropout, "dropout_bits": _off(UNDRAWN), "optimizer": _off(INEXACT),
                 "dropout_mask": _off(INEXACT), "last_layer": _off(PATCHING), "padding": _off(PATCHING),
                 "embedding_grad": _off(PATCHING), "softmax": _off(PATCHING), **SHARED}
 
@@ -139,6 +140,8 @@ def _encoder_dropout_mask(model: PackedModel, value, parts: Parts) -> str:
     return "on (hash)" if model.encoder.kernel is not None else f"off: {model.choices.get('dropout')}"
 
 
+# cpuddp's encoder: the shared levers and one_pass, each put in place or off with why.
+ON_ENCODER = {**SHARED, "optimizer": _optimizer}
 # cpuddp's encoder: every value, each the status it reports (its build chose dropout and the last layer).
 ENCODER = {"attention": lambda m, v, p: "built in: packed attention on real tokens",
            "padding": lambda m, v, p: "built in: every layer on packed real tokens",
@@ -169,5 +172,6 @@ def apply(model, chosen, parts: Parts | None = None) -> tuple[Parts, dict[str, s
         if isinstance(model, PackedModel) and name in ENCODER:
             status[name] = ENCODER[name](model, value, parts)
         else:
-            status[name] = _status((SHARED | TRANSFORMERS)[name], model, value, parts, RULES[name].off)
+            table = ON_ENCODER if isinstance(model, PackedModel) else TRANSFORMERS
+            status[name] = _status(table[name], model, value, parts, RULES[name].off)
     return parts, status
