@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import typing
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ import yaml
 from workflow.scripts.settings import config as cfg
 from workflow.helpers import stages
 from workflow.scripts.settings import views
+from workflow.scripts.settings.schema import View
 
 REPO = Path(__file__).resolve().parents[2]
 SCHEMA = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())
@@ -57,9 +59,25 @@ def test_every_stage_slice_of_every_experiment_loads_as_its_view(experiment):
 
 def _full(view, key, value):
     """A slice's section with the view's defaults for the keys it leaves out."""
-    if isinstance(value, dict) and key in views.SECTIONS:
-        return views.SECTIONS[key].of(value).as_dict()
+    hint = typing.get_type_hints(view)[key]
+    section = next((t for t in typing.get_args(hint) or (hint,) if isinstance(t, type) and issubclass(t, View)), None)
+    if isinstance(value, dict) and section is not None:
+        return section.of(value).as_dict()
     return value
+
+
+@pytest.mark.parametrize("stage", views.STAGE_SUBKEYS)
+def test_a_stage_reading_a_key_outside_its_slice_fails_at_once(stage):
+    """The stage reads only the keys of its slice (stages.py cuts it with the same table):
+    another key is an AttributeError, not the schema's default seen silently."""
+    config = cfg.validate({"task": "mrpc", "model": "m", "train": {"batch_size": 8, "max_seq_length": 64}})
+    (run,) = cfg.runs(config).values()
+    view = views.STAGE_VIEWS[stage].of(stages.stage_config(stage, run))
+    for section, keys in views.STAGE_SUBKEYS[stage].items():
+        assert list(fields(getattr(view, section))) == list(keys)
+        outside = next(k for k in fields(views.SECTIONS[section]) if k not in keys)  # a key of another stage
+        with pytest.raises(AttributeError):
+            getattr(getattr(view, section), outside)
 
 
 def test_a_train_view_is_typed_all_the_way_down():
@@ -85,7 +103,8 @@ def test_pick_takes_the_views_part_of_a_whole_configuration():
     view = views.EnvironmentView.pick(config)
     assert view.distributed.processes_per_node == 1 and view.train.precision == "auto"
     assert view.distributed == views.DistributedSettings.of(config["distributed"])
-    assert view.train == views.TrainSettings.of(config["train"])
+    assert view.train.as_dict() == {k: v for k, v in views.TrainSettings.of(config["train"]).as_dict().items()
+                                    if k in views.STAGE_SUBKEYS["environment"]["train"]}  # its slice of train
 
 
 def test_the_data_view_of_a_whole_demo_configuration_leaves_out_the_generator():

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 
 from workflow.scripts.data.model_copy import local_model
+from workflow.scripts.settings.views import STAGE_SUBKEYS
 
 SHARED_STAGES = ("data", "tokenize", "report", "plan")  # one per experiment
 RUN_STAGES = ("environment", "train", "evaluate", "convert", "quantize", "runtimes", "deploy")  # one per run of a sweep
@@ -26,7 +27,7 @@ def stage_config(stage: str, config: dict) -> dict:
     local = {**model, "model": local_model(config)} if "model" in config else model
     slices = {
         "data": lambda: {"task": config["task"], "data": data_slice(config)},
-        "tokenize": lambda: {**local, "train": pick(config["train"], "max_seq_length", "doc_stride")},
+        "tokenize": lambda: {**local, "train": pick(config["train"], *STAGE_SUBKEYS["tokenize"]["train"])},
         "report": lambda: {**{k: config.get(k) for k in ("experiment", "task", "model", "published", "sweep")},
                            # the file's keys are sorted; run names follow the sweep's own order
                            "sweep_order": list(config.get("sweep") or {}),
@@ -34,7 +35,7 @@ def stage_config(stage: str, config: dict) -> dict:
         "plan": lambda: {**model, **{k: config.get(k) for k in ("experiment", "published", "sweep", "plan")},
                          "train": config["train"], "distributed": config["distributed"]},
         "environment": lambda: {"distributed": config["distributed"],
-                                "train": pick(config["train"], "precision", "ipex", "speed")},
+                                "train": pick(config["train"], *STAGE_SUBKEYS["environment"]["train"])},
         "train": lambda: {**local, "train": config["train"], "distributed": config["distributed"],
                           "evaluation": train_evaluation(config), **train_report(config)},
         "evaluate": lambda: {"task": config["task"], "evaluation": config["evaluation"]},

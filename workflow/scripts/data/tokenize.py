@@ -11,7 +11,7 @@ from workflow.scripts.common import tasks
 from workflow.scripts.settings import step
 from workflow.scripts.common.atomic import atomic_dir
 from workflow.scripts.common.modeling import load_tokenizer
-from workflow.scripts.settings.views import TokenizeView, TrainSettings
+from workflow.scripts.settings.views import TokenizeTrain, TokenizeView
 from workflow.scripts.data import qa_features
 
 datasets.disable_progress_bars()
@@ -27,7 +27,7 @@ def encode_pairs(task: tasks.Task, tokenizer, max_length: int):
     return encode
 
 
-def tokenize_split(task, tokenizer, split_name: str, split, train: TrainSettings):
+def tokenize_split(task, tokenizer, split_name: str, split, train: TokenizeTrain):
     """One split; QA train and eval splits need different features (positions vs offsets)."""
     if not task.is_qa:
         encode = encode_pairs(task, tokenizer, train.max_seq_length)

@@ -19,7 +19,7 @@ from workflow.scripts.settings import layout
 from workflow.scripts.common.errors import UserError
 from workflow.scripts.probes.matmul import matmul_gflops
 from workflow.scripts.probes.versions import installed
-from workflow.scripts.settings.views import DistributedSettings, TrainSettings
+from workflow.scripts.settings.views import DistributedSettings, EnvironmentTrain
 from workflow.scripts.launch import ccl, mpi
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -101,7 +101,7 @@ def threads_per_process(requested, processes_per_node: int, cpu: dict) -> int:
     return max(1, hardware.usable_cores(cpu) // processes_per_node)
 
 
-def describe(dist: DistributedSettings, train: TrainSettings, launcher: bool = True) -> dict:
+def describe(dist: DistributedSettings, train: EnvironmentTrain, launcher: bool = True) -> dict:
     """This node's versions, CPU and decisions; `launcher`: also find mpirun / srun
     (the launch node does; the nodes it checks do not need one)."""
     cpu = hardware.cpu_summary()
@@ -166,7 +166,7 @@ def node_summary(name: str, report: dict) -> dict:
     return {"node": name, **{k: report.get(k) for k in keys}}
 
 
-def combine(dist: DistributedSettings, train: TrainSettings, named: list[tuple[str, dict]], mpi: dict) -> dict:
+def combine(dist: DistributedSettings, train: EnvironmentTrain, named: list[tuple[str, dict]], mpi: dict) -> dict:
     """environment.json: the first node's report, the launcher, every node,
     and the precision decided once from every node's measurement."""
     first = dict(named[0][1])
@@ -189,7 +189,7 @@ def combine(dist: DistributedSettings, train: TrainSettings, named: list[tuple[s
     return first
 
 
-def environment_record(dist: DistributedSettings, train: TrainSettings) -> dict:
+def environment_record(dist: DistributedSettings, train: EnvironmentTrain) -> dict:
     """environment.json of a run on this machine alone (no per-node launch)."""
     report = {**describe(dist, train), "revision": revision(), "python_executable": sys.executable, "gloo_ifname": None}
     return combine(dist, train, [("localhost", report)], report["mpi"])

@@ -12,6 +12,8 @@ code that reads it (`view.section.key`), and a test (docs/architecture.md).
 
 from __future__ import annotations
 
+import dataclasses
+
 from workflow.scripts.settings.levers import Levers
 from workflow.scripts.settings.schema import SCHEMA, View, derive, section_schema
 
@@ -50,6 +52,26 @@ STAGE_KEYS = {
 }
 
 
+# The keys a stage reads of a section it does not read whole: its view's
+# section has those fields alone, so that code reading another one fails
+# at once instead of seeing the schema's default; workflow/helpers/stages.py
+# cuts the slices with this table.
+STAGE_SUBKEYS = {
+    "tokenize": {"train": ("max_seq_length", "doc_stride")},
+    "environment": {"train": ("precision", "ipex", "speed")},
+}
+
+
+class _SectionSlice(View):
+    @classmethod
+    def of(cls, value):
+        """As View.of, keeping the stage's keys of a whole section (the
+        configuration was validated whole: only the cut is left to do)."""
+        if isinstance(value, dict):
+            value = {k: v for k, v in value.items() if k in {f.name for f in dataclasses.fields(cls)}}
+        return super().of(value)
+
+
 class _DataStage(View):
     @classmethod
     def pick(cls, config):
@@ -63,7 +85,12 @@ class _DataStage(View):
 def _stage_view(stage: str) -> type:
     name = f"{stage.capitalize()}View"
     bases = (_DataStage,) if stage == "data" else (View,)
-    return derive(name, SCHEMA, SECTIONS, keys=STAGE_KEYS[stage], bases=bases, module=__name__)
+    partial = {section: derive(f"{stage.capitalize()}{section.capitalize()}", section_schema(section), _NESTED,
+                               keys=keys, bases=(_SectionSlice,), module=__name__)
+               for section, keys in STAGE_SUBKEYS.get(stage, {}).items()}
+    for cls in partial.values():
+        globals()[cls.__name__] = cls  # pickle and copy find a class where it is bound (named again below)
+    return derive(name, SCHEMA, {**SECTIONS, **partial}, keys=STAGE_KEYS[stage], bases=bases, module=__name__)
 
 
 STAGE_VIEWS = {stage: _stage_view(stage) for stage in STAGE_KEYS}
@@ -71,4 +98,7 @@ STAGE_VIEWS = {stage: _stage_view(stage) for stage in STAGE_KEYS}
 and the published figures, and stays a plain mapping."""
 DataView, TokenizeView, EnvironmentView, TrainView, EvaluateView, ConvertView, QuantizeView, RuntimesView, \
     PlanView, DeployView = STAGE_VIEWS.values()
+# The stages' slices of train (the types their code is given).
+TokenizeTrain, EnvironmentTrain = ({f.name: f.type for f in dataclasses.fields(view)}["train"]
+                                   for view in (TokenizeView, EnvironmentView))
 
