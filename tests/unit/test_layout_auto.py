@@ -12,6 +12,7 @@ import pytest
 from workflow.scripts.common.errors import UserError
 from workflow.scripts.nodes import check
 from workflow.scripts.settings import layout
+from workflow.scripts.settings.views import DistributedSettings
 from workflow.scripts.train import tune
 
 SHAPE = {"model": "bert:abc", "task": "mrpc", "batch_size": 16, "max_seq_length": 128, "precision": "fp32",
@@ -20,8 +21,12 @@ TABLE = [{"processes_per_node": 1, "threads_per_process": 2, "train_samples_per_
          {"processes_per_node": 2, "threads_per_process": 1, "train_samples_per_second": 77.3}]
 
 
-def dist(ranks, threads):
+def raw(ranks, threads):
     return {"processes_per_node": ranks, "threads_per_process": threads}
+
+
+def dist(ranks, threads):
+    return DistributedSettings.of(raw(ranks, threads))
 
 
 def record(**changes):
@@ -34,13 +39,13 @@ def record(**changes):
     ("auto", "auto", True), ("auto", 1, False), (2, "auto", False), (2, 1, False), (2, "tuned", True),
 ])
 def test_only_auto_ranks_without_a_thread_number_are_measured(ranks, threads, measured):
-    assert layout.measured(dist(ranks, threads)) is measured
+    assert layout.measured(raw(ranks, threads)) is measured
 
 
 def test_tuned_threads_are_the_measured_layout():
-    old = dist(2, "tuned")
+    old = raw(2, "tuned")
     layout.normalize(old)
-    assert old == dist("auto", "auto")
+    assert old == raw("auto", "auto")
 
 
 def test_numbers_win_with_no_burst():
@@ -122,7 +127,7 @@ def test_one_burst_per_cpu_and_shape_then_the_cache(monkeypatch, tmp_path):
         return {}, {"train_samples_per_second": {1: 10.0, 2: 30.0}[bursts[-1]]}
 
     monkeypatch.setattr(tune, "run_training", run_training)
-    config = {"task": "mrpc", "model": "m", "distributed": dist("auto", "auto"),
+    config = {"task": "mrpc", "model": "m", "distributed": raw("auto", "auto"),
               "train": {"batch_size": 8, "max_seq_length": 64, "precision": "fp32"}}
     first = tune.measured_layout(config, "tok", 4, tmp_path, tmp_path / "cache")
     assert bursts == [1, 2] and first["cached"] is False and first["steps"] == 4

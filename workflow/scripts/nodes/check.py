@@ -157,10 +157,10 @@ def main(argv=None) -> None:
         confirm(EnvironmentView.pick(config), json.loads(Path(args.confirm).read_text()), args.hosts.split(","))
         return
     record = json.loads(Path(args.layout).read_text()) if args.layout else None
-    chosen = layout.decide(config["distributed"], record, hardware.usable_cores(hardware.cpu_summary()))
-    config["distributed"].update(processes_per_node=chosen.processes_per_node,
-                                 threads_per_process=chosen.threads_per_process)
-    view = EnvironmentView.pick(config)  # typed once the layout is a number
+    view = EnvironmentView.pick(config)
+    chosen = layout.decide(view.distributed, record, hardware.usable_cores(hardware.cpu_summary()))
+    view = dataclasses.replace(view, distributed=dataclasses.replace(  # the layout a number from here on
+        view.distributed, processes_per_node=chosen.processes_per_node, threads_per_process=chosen.threads_per_process))
     info = check(view, view.distributed.check_timeout_seconds, run=str(Path(args.out).resolve().parent))
     info.update(layout_record(chosen, record, info))
     for node in info["node_reports"]:

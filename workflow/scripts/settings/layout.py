@@ -20,8 +20,12 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from workflow.scripts.common.errors import UserError
+
+if TYPE_CHECKING:  # views import nothing of this module; the type only
+    from workflow.scripts.settings.views import DistributedSettings
 
 AUTO = "auto"
 CACHE_ENV = "CPUDDP_LAYOUT_CACHE"
@@ -123,10 +127,10 @@ class Layout:
     reason: str
 
 
-def decide(dist: dict, record: dict | None, cores: int) -> Layout:
-    """The layout of a run: numbers win; else the measurement `record` (train/tune.py's)."""
-    normalize(dist)
-    ranks, threads = dist["processes_per_node"], dist["threads_per_process"]
+def decide(dist: DistributedSettings, record: dict | None, cores: int) -> Layout:
+    """The layout of a run (its distributed section, validated: `tuned` is
+    normalized already): numbers win; else the measurement `record` (train/tune.py's)."""
+    ranks, threads = dist.processes_per_node, dist.threads_per_process
     if ranks != AUTO:
         return Layout(ranks, threads, "set", f"processes_per_node {ranks} as set (no burst)")
     if isinstance(threads, int):
