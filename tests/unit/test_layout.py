@@ -192,3 +192,13 @@ def test_schema_enums_come_from_the_task_table():
     assert props["data"]["properties"]["format"]["enum"] == list(FORMATS)
     every_format = {f for name in tasks.TASKS for f in tasks.formats_for(tasks.get_task(name), qa_columns=True)}
     assert every_format == set(FORMATS)
+
+
+def test_the_steps_never_import_the_rule_files_own_python():
+    """workflow/helpers serves the Snakefile and rule files alone (docs/architecture.md): a step
+    importing it would tie the steps to the workflow's parsing."""
+    wrong = [f"{name} imports workflow.helpers" for name, path in modules().items()
+             for node in ast.walk(ast.parse(path.read_text()))
+             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("workflow.helpers")
+             or isinstance(node, ast.Import) and any(a.name.startswith("workflow.helpers") for a in node.names)]
+    assert wrong == []
