@@ -154,22 +154,20 @@ def test_a_try_killed_with_its_whole_process_group_leaves_nothing(tmp_path, mpi_
         while left := try_processes(tmp_path):
             assert time.monotonic() < deadline, f"the try outlived its launcher: {[p.info['cmdline'] for p in left]}"
             time.sleep(0.2)
-    # and the run's lock is free for the next try (the guard held it) within the time
-    # that try waits for it: the guard, whose command line names no run, may still be exiting
-    assert lock_frees_within(tmp_path / "results/run/try.lock", attempt.lock_wait(2))
+    # and the run's lock is free for the next try (the guard held it) within the time that
+    # try waits for it: the guard, whose command line names no run, may still be exiting
+    deadline = time.monotonic() + attempt.lock_wait(2)
+    with open(tmp_path / "results/run/try.lock") as lock:
+        while not locked(lock):
+            assert time.monotonic() < deadline, "the run's lock is still held"
+            time.sleep(0.2)
 
 
-def lock_frees_within(path: Path, seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    with open(path) as lock:
-        while True:
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return True
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    return False
-                time.sleep(0.2)
+def locked(lock) -> bool:
+    try:
+        return fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB) is None  # None: taken
+    except BlockingIOError:
+        return False
 
 
 @pytest.mark.timeout(300)
