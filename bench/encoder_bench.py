@@ -1,6 +1,7 @@
 """One rank's forward + backward on one thread: transformers' model as it
 is (eager and sdpa attention) against cpuddp's packed encoder
-(workflow/scripts/train/encoder/), MiniLM's shape (the packaged model),
+(workflow/scripts/train/encoder/) on the packed batches its loader gives
+it, MiniLM's shape (the packaged model),
 batches of real MRPC token lengths (bench/real_lengths.py, cut into
 length-grouped batches as cpuddp's sampler cuts them), bf16 encoders
 with fp32 heads (train.precision bf16_master), dropout on as in training.
@@ -23,6 +24,7 @@ import numpy as np
 import torch
 
 from bench.real_lengths import draw
+from workflow.scripts.data.batching import packed_from_padded
 from workflow.scripts.probes import hardware
 
 def grouped_batches(task: str, batch: int, count: int, seed: int = 0) -> list[dict]:
@@ -95,12 +97,14 @@ def step_ms(model, batches: list[dict], clock=time.process_time) -> float:
 
 def measure(folder: str, precision: str, batches: list[dict], rounds: int) -> dict[str, list[float]]:
     models = {name: make() for name, make in rows(folder, precision).items()}
-    for model in models.values():  # warm-up: allocator, kernels, first-call costs
-        step_ms(model, batches[:2])
+    packed = [packed_from_padded(b) for b in batches]  # ours: as its loader gives them (packed_collate)
+    inputs = {name: packed if name.startswith("ours") else batches for name in models}
+    for name, model in models.items():  # warm-up: allocator, kernels, first-call costs
+        step_ms(model, inputs[name][:2])
     times = {name: [] for name in models}
     for _ in range(rounds):
         for name, model in models.items():
-            times[name].append(step_ms(model, batches))
+            times[name].append(step_ms(model, inputs[name]))
     return times
 
 

@@ -34,6 +34,8 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from workflow.scripts.common.modeling import takes_packed
+from workflow.scripts.data.batching import packed_from_padded
 from workflow.scripts.probes.matmul import matmul_gflops
 
 # Matrix multiplication, by the aten ops it runs as (attention included).
@@ -69,7 +71,8 @@ def profile_step(model, precision: str, batch_size: int = 16, seq_len: int = 64,
                  lengths: list[int] | None = None, threads: int = 1) -> dict:
     """Shares of one rank's step by op (self CPU time), matmul summed: a
     batch of `batch_size` x `seq_len` tokens, or of rows `lengths` long,
-    right-padded to the longest (as a per-batch padding collator pads), on
+    right-padded to the longest (as a per-batch padding collator pads;
+    packed for cpuddp's encoder, as its loader packs), on
     `threads` threads (1: a rank of the 2 x 1 layout; 2 and twice the
     batch: the one rank of 1 x 2)."""
     torch.set_num_threads(threads)
@@ -79,6 +82,8 @@ def profile_step(model, precision: str, batch_size: int = 16, seq_len: int = 64,
     regression = model.config.num_labels == 1
     batch = {"input_ids": torch.randint(1000, 20000, mask.shape).masked_fill(mask == 0, 0), "attention_mask": mask,
              "labels": torch.rand(len(lengths)) * 5 if regression else torch.randint(0, 2, (len(lengths),))}
+    if takes_packed(model):  # cpuddp's encoder: packed, as its loader gives it
+        batch = packed_from_padded(batch)
     model.train()
     step = step_function(model, precision, batch)
     for _ in range(3):

@@ -1,11 +1,11 @@
-"""Length-grouped distributed sampler and the padding collate function."""
+"""Length-grouped distributed sampler and the collate functions: padded, and packed for cpuddp's encoder."""
 
 import numpy as np
 import pytest
 import torch
 
 from workflow.scripts.data.batching import DistributedLengthGroupedSampler as Sampler
-from workflow.scripts.data.batching import pad_collate
+from workflow.scripts.data.batching import packed_collate, pad_collate
 
 LENGTHS = np.random.default_rng(1).integers(5, 500, size=1003)  # not a multiple of any global batch
 
@@ -107,6 +107,30 @@ def test_pad_collate_keeps_float_labels_and_other_fields():
     assert batch["labels"].tolist() == [0.5, 4.25]
     assert batch["start_positions"].tolist() == [3, 0]
     assert set(batch) == {"input_ids", "labels", "start_positions"}
+
+
+def test_packed_collate_puts_real_tokens_end_to_end_longest_first():
+    rows = [{"input_ids": [101, 102], "attention_mask": [1, 1], "token_type_ids": [0, 0], "labels": 0,
+             "start_positions": 1},
+            {"input_ids": [101, 7, 8, 102], "attention_mask": [1] * 4, "token_type_ids": [0, 0, 1, 1], "labels": 1,
+             "start_positions": 2},
+            {"input_ids": [101, 5, 102], "attention_mask": [1] * 3, "token_type_ids": [0, 1, 1], "labels": 2,
+             "start_positions": 0},
+            {"input_ids": [101, 6, 102], "attention_mask": [1] * 3, "token_type_ids": [0, 0, 1], "labels": 3,
+             "start_positions": 2}]
+    batch = packed_collate()(rows)
+    assert set(batch) == {"input_ids", "token_type_ids", "labels", "start_positions", "cu_seqlens"}
+    assert batch["input_ids"].tolist() == [101, 7, 8, 102, 101, 5, 102, 101, 6, 102, 101, 102]
+    assert batch["token_type_ids"].tolist() == [0, 0, 1, 1, 0, 1, 1, 0, 0, 1, 0, 0]
+    assert batch["cu_seqlens"].tolist() == [0, 4, 7, 10, 12]
+    assert batch["labels"].tolist() == [1, 2, 3, 0]  # each row's own, in the packed order (ties as they came)
+    assert batch["start_positions"].tolist() == [2, 0, 2, 1]
+    assert batch["input_ids"].dtype == batch["cu_seqlens"].dtype == torch.int64
+
+
+def test_packed_collate_multi_hot_labels():
+    rows = [{"input_ids": [1], "labels": [0, 2]}, {"input_ids": [1, 2], "labels": [1]}]
+    assert packed_collate(num_labels=3)(rows)["labels"].tolist() == [[0, 1, 0], [1, 0, 1]]
 
 
 def test_resume_starts_mid_epoch_on_the_same_order():

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from helpers.tiny_family import KINDS, batch, run, tiny_hf
+from workflow.scripts.data.batching import packed_collate, pad_collate
 from workflow.scripts.train import encoder
-from workflow.scripts.train.encoder.heads import qa_loss
 from workflow.scripts.train.encoder.weights import names
 
 LENGTHS = [12, 7, 12, 3, 9, 7]  # padded to 12: 50 real tokens of 72; two pairs of equal lengths
@@ -36,12 +37,17 @@ def assert_equal(ours: tuple[dict, dict], theirs: tuple[dict, dict], mapping: di
 
 
 def masked_qa_loss(inputs: dict):
-    """Our QA loss on transformers' logits, padding left out as ours leaves it."""
+    """transformers' QA loss on its logits, padding left out of the softmax as ours leaves it."""
+    padding = inputs["attention_mask"] == 0
+    width = padding.shape[1]
+
+    def cross_entropy(logits, positions):
+        logits = logits.masked_fill(padding, torch.finfo(logits.dtype).min)
+        return F.cross_entropy(logits, positions.clamp(0, width), ignore_index=width)
+
     def loss(out):
-        padding = inputs["attention_mask"] == 0
-        lowest = torch.finfo(out.start_logits.dtype).min
-        return qa_loss(out.start_logits.masked_fill(padding, lowest), out.end_logits.masked_fill(padding, lowest),
-                       inputs["start_positions"], inputs["end_positions"])
+        return (cross_entropy(out.start_logits, inputs["start_positions"])
+                + cross_entropy(out.end_logits, inputs["end_positions"])) / 2
     return loss
 
 
@@ -75,20 +81,57 @@ def test_every_problem_type_has_transformers_loss(kind, labels, problem):
                  names(model, hf.base_model_prefix))
 
 
+def rows_of(inputs: dict) -> list[dict]:
+    """The dataset rows a padded test batch was made from (the loader's collate input)."""
+    lengths = inputs["attention_mask"].sum(1).tolist()
+    return [{key: (value[i, :n].tolist() if value.dim() == 2 and key != "labels" else value[i].tolist())
+             for key, value in inputs.items()} for i, n in enumerate(lengths)]
+
+
+def loss_and_grads(model, inputs: dict) -> tuple[torch.Tensor, dict]:
+    model.zero_grad()
+    out = model(**inputs)
+    out.loss.backward()
+    return out, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
 @pytest.mark.parametrize("task", ["classification", "qa"])
 def test_packed_input_gives_what_the_padded_batch_gives(task):
-    """input_ids [tokens] with cu_seqlens: the same numbers as the padded batch."""
+    """input_ids [tokens] with cu_seqlens: the same outputs, loss and gradients as the padded batch."""
     model, _ = ours_and_theirs("Roberta", task)
     inputs = batch(LENGTHS, 12, task)
     real = inputs["attention_mask"].bool()
-    packed = {key: inputs[key][real] for key in ("input_ids", "token_type_ids")}
+    packed = {key: (value[real] if key in ("input_ids", "token_type_ids") else value)
+              for key, value in inputs.items() if key != "attention_mask"}
     packed["cu_seqlens"] = torch.tensor([0, *torch.tensor(LENGTHS).cumsum(0).tolist()])
-    padded = model(**{k: v for k, v in inputs.items() if k in ("input_ids", "attention_mask", "token_type_ids")})
-    out = model(**packed)
-    if task == "qa":  # [sequences, longest]: here the batch's own width
-        torch.testing.assert_close(out.start_logits[real], padded.start_logits[real], atol=1e-6, rtol=1e-5)
+    padded, want = loss_and_grads(model, inputs)
+    out, grads = loss_and_grads(model, packed)
+    torch.testing.assert_close(out.loss, padded.loss, atol=1e-6, rtol=1e-5)
+    if task == "qa":  # [tokens], packed in the batch's order
+        torch.testing.assert_close(out.start_logits, padded.start_logits[real], atol=1e-6, rtol=1e-5)
     else:
         torch.testing.assert_close(out.logits, padded.logits, atol=1e-6, rtol=1e-5)
+    for name, grad in grads.items():
+        torch.testing.assert_close(grad, want[name], atol=1e-6, rtol=1e-5, msg=name)
+
+
+@pytest.mark.parametrize("task", ["classification", "qa"])
+@pytest.mark.parametrize("kind", ["Bert", "Roberta", "DistilBert"])
+def test_the_training_loaders_packed_batch_trains_as_the_padded_one(kind, task):
+    """The encoder's loader (packed_collate: longest first, no padding, no
+    attention_mask) gives the loss and gradients of the padded batch."""
+    model, _ = ours_and_theirs(kind, task)
+    inputs = batch(LENGTHS, 12, task)
+    if kind == "DistilBert":
+        del inputs["token_type_ids"]
+    rows = rows_of(inputs)
+    packed = packed_collate()(rows)
+    assert "attention_mask" not in packed and packed["input_ids"].shape == (sum(LENGTHS),)
+    padded, want = loss_and_grads(model, pad_collate(1)(rows))
+    out, grads = loss_and_grads(model, packed)
+    torch.testing.assert_close(out.loss, padded.loss, atol=1e-6, rtol=1e-5)
+    for name, grad in grads.items():
+        torch.testing.assert_close(grad, want[name], atol=1e-6, rtol=1e-5, msg=name)
 
 
 def test_the_last_layer_of_a_classifier_computes_first_tokens_only():
@@ -108,3 +151,30 @@ def test_right_padding_is_required():
     inputs["attention_mask"] = inputs["attention_mask"].flip(1)
     with pytest.raises(ValueError, match="right-padded"):
         model(**inputs)
+
+
+@pytest.mark.parametrize("task", ["classification", "qa"])
+def test_scoring_gives_the_encoder_packed_batches_and_each_row_its_outputs(task):
+    """Evaluation (during training, and evaluate_fp32's code) packs for the encoder
+    too: each row's outputs in dataset order equal the padded batch's at its real tokens."""
+    import contextlib
+
+    import datasets
+
+    from workflow.scripts.common.modeling import takes_packed
+    from workflow.scripts.data.scoring import forward_all
+
+    model, hf = ours_and_theirs("Bert", task)
+    inputs = batch(LENGTHS, 12, task)
+    rows = [{k: v for k, v in row.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
+            for row in rows_of(inputs)]
+    assert takes_packed(model) and not takes_packed(hf)
+    outputs, _ = forward_all(model, datasets.Dataset.from_list(rows), 4, 1, contextlib.nullcontext)
+    with torch.no_grad():
+        want = model(**{k: inputs[k] for k in ("input_ids", "attention_mask", "token_type_ids")})
+    for i, n in enumerate(LENGTHS):
+        if task == "qa":
+            torch.testing.assert_close(torch.from_numpy(outputs[i][0]), want.start_logits[i, :n], atol=1e-6, rtol=1e-5)
+            torch.testing.assert_close(torch.from_numpy(outputs[i][1]), want.end_logits[i, :n], atol=1e-6, rtol=1e-5)
+        else:
+            torch.testing.assert_close(torch.from_numpy(outputs[i]), want.logits[i], atol=1e-6, rtol=1e-5)

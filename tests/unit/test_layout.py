@@ -81,7 +81,7 @@ ALLOWED_STAGE_IMPORTS = {
     "train": {"common", "settings", "probes", "launch", "nodes", "data"},
     "infer": {"common", "settings", "probes", "data"},
     "report": {"common", "settings"},
-    "plan": {"common", "settings", "probes", "launch", "nodes", "train", "report"},
+    "plan": {"common", "settings", "probes", "launch", "nodes", "data", "train", "report"},
 }
 ARCHITECTURE = REPO / "docs" / "architecture.md"
 

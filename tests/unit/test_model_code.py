@@ -67,10 +67,13 @@ def test_the_model_state_build_returns_replaces_no_forward_and_trains(tiny_model
     line = next(r.message for r in caplog.records if r.message.startswith("model code:"))
     assert line.startswith(f"model code: {code} (") and ("auto: the BERT family" in line) == (setting == "auto")
     levers_line = next(r.message for r in caplog.records if r.message.startswith("levers:"))
-    assert ("padding built in" in levers_line) == (code == "cpuddp")
+    assert ("padding built in: packed real tokens" in levers_line) == (code == "cpuddp")
+    batch = next(iter(state.loader))  # the encoder's: packed real tokens, no padded layout
+    assert ("cu_seqlens" in batch and "attention_mask" not in batch and batch["input_ids"].dim() == 1) \
+        == (code == "cpuddp")
     before = {n: p.detach().clone() for n, p in state.model.named_parameters()}
     state.ddp_model.train()
-    loss = train_step(state, [next(iter(state.loader))])
+    loss = train_step(state, [batch])
     assert torch.isfinite(torch.as_tensor(loss))
     assert any(not torch.equal(before[n], p) for n, p in state.model.named_parameters())
 

@@ -94,6 +94,11 @@ def accepted_columns(model, columns) -> list[str]:
     return [c for c in columns if c in accepted]
 
 
+def takes_packed(model) -> bool:
+    """Whether the model takes packed batches (cpuddp's encoder: cu_seqlens; data/batching.packed_collate)."""
+    return bool(accepted_columns(model, ["cu_seqlens"]))
+
+
 def autocast_for(precision: str):
     """A context-manager factory: bf16 autocast, or nothing for fp32.
     A model trained in bf16_master is evaluated as bf16's is (its weights

@@ -1,9 +1,11 @@
 """Batches for DDP: length-grouped, shuffled, equal steps on every rank.
 
-Padding to the longest sequence of each batch wastes little when a batch
-holds sequences of similar length. Grouping is done per global batch (all
-ranks' micro-batches together), so ranks finish their steps at about the
-same time and the all-reduce does not wait on a straggler with long inputs.
+A transformers model takes each batch padded to its longest sequence
+(pad_collate), which wastes little when a batch holds sequences of similar
+length; cpuddp's encoder takes it packed, real tokens only (packed_collate).
+Grouping is done per global batch (all ranks' micro-batches together), so
+ranks finish their steps at about the same time and the all-reduce does not
+wait on a straggler with long inputs.
 
 The global batches (which samples update k trains on) depend only on the
 data, the seed, the epoch and the global batch size, never on how it is
@@ -109,6 +111,40 @@ def pad_collate(pad_token_id: int, num_labels: int | None = None):
                 batch[key] = torch.tensor([r[key] for r in rows])
         return batch
     return collate
+
+
+def packed_collate(num_labels: int | None = None):
+    """Collate dict rows as packed real tokens, for cpuddp's encoder
+    (train/encoder/packing.py): each token field one [tokens] row, the
+    sequences longest first (equal lengths adjacent: one attention matmul
+    per length), `cu_seqlens` their offsets [sequences + 1]; per-row fields
+    (labels, QA positions) in the same order. No padding and no
+    attention_mask: every token is real."""
+    def collate(rows: list[dict]) -> dict:
+        rows = sorted(rows, key=lambda r: -len(r["input_ids"]))  # stable: ties keep the sampler's order
+        lengths = [len(r["input_ids"]) for r in rows]
+        batch = {"cu_seqlens": torch.from_numpy(np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64))}
+        for key in rows[0]:
+            if key == "attention_mask":
+                continue
+            if key in PAD_KEYS:
+                batch[key] = torch.from_numpy(np.concatenate([np.asarray(r[key], dtype=np.int64) for r in rows]))
+            elif key == "labels" and num_labels and isinstance(rows[0][key], list):
+                batch[key] = multi_hot([r[key] for r in rows], num_labels)
+            else:
+                batch[key] = torch.tensor([r[key] for r in rows])
+        return batch
+    return collate
+
+
+def packed_from_padded(batch: dict) -> dict:
+    """A right-padded batch of tensors (with its attention_mask) as
+    packed_collate gives it: for batches built as tensors (the plan's
+    profile, the benches) that cpuddp's encoder is to take as training does."""
+    lengths = batch["attention_mask"].sum(1).tolist()
+    rows = [{key: (value[i, :n].tolist() if key in PAD_KEYS else value[i].tolist()) for key, value in batch.items()}
+            for i, n in enumerate(lengths)]
+    return packed_collate()(rows)
 
 
 def multi_hot(label_ids: list[list[int]], num_labels: int) -> torch.Tensor:

@@ -16,7 +16,8 @@ import torch
 from workflow.scripts.common import tasks
 from workflow.scripts.data import metrics, qa
 from workflow.scripts.settings.views import EvaluationSettings
-from workflow.scripts.data.batching import PAD_KEYS, multi_hot, pad_collate
+from workflow.scripts.common.modeling import takes_packed
+from workflow.scripts.data.batching import PAD_KEYS, multi_hot, packed_collate, pad_collate
 
 MODEL_INPUTS = PAD_KEYS
 
@@ -26,11 +27,13 @@ def model_inputs(split):
     return split.select_columns([k for k in MODEL_INPUTS if k in split.column_names])
 
 
-def batches(split, batch_size: int, pad_id: int):
-    """Length-sorted batches (less padding), with each row's position."""
+def batches(split, batch_size: int, pad_id: int, packed: bool = False):
+    """Length-sorted batches (less padding), with each row's position:
+    padded, or packed real tokens (`packed`: cpuddp's encoder, whose
+    packed_collate keeps this order, longest first already)."""
     lengths = np.array([len(ids) for ids in split["input_ids"]])
     order = np.argsort(-lengths, kind="stable")
-    collate = pad_collate(pad_id)
+    collate = packed_collate() if packed else pad_collate(pad_id)
     inputs = model_inputs(split)
     for start in range(0, len(order), batch_size):
         index = order[start:start + batch_size]
@@ -41,14 +44,17 @@ def batches(split, batch_size: int, pad_id: int):
 def forward_all(model, split, batch_size: int, pad_id: int, autocast) -> tuple[list, float]:
     """Model outputs per row (in dataset order, unpadded) and the seconds spent."""
     outputs = [None] * len(split)
+    packed = takes_packed(model)
     start = time.perf_counter()
-    for index, batch, lengths in batches(split, batch_size, pad_id):
+    for index, batch, lengths in batches(split, batch_size, pad_id, packed):
         with autocast():
             out = model(**batch)
         if hasattr(out, "start_logits"):
-            rows = zip(out.start_logits.float().numpy(), out.end_logits.float().numpy())
-            for i, n, (s, e) in zip(index, lengths, rows):
-                outputs[i] = (s[:n], e[:n])
+            starts, ends = out.start_logits.float(), out.end_logits.float()
+            if packed:  # [tokens], sequence after sequence
+                starts, ends = starts.split(lengths.tolist()), ends.split(lengths.tolist())
+            for i, n, s, e in zip(index, lengths, starts, ends):
+                outputs[i] = (s[:n].numpy(), e[:n].numpy())
         else:
             for i, logits in zip(index, out.logits.float().numpy()):
                 outputs[i] = logits

@@ -40,6 +40,8 @@ from workflow.scripts.plan import compress_cost
 from workflow.scripts.probes import intel
 from workflow.scripts.settings import levers
 from workflow.scripts.settings.decisions import RunDecisions
+from workflow.scripts.common.modeling import takes_packed
+from workflow.scripts.data.batching import packed_from_padded
 from workflow.scripts.train import lora, master, model_code, speed
 
 
@@ -203,6 +205,8 @@ def profile(config: PlanView, environment: str | None, steps: int, warmup: int, 
     model = lora.apply(model, train.lora)[0]  # only the adapters' gradients
     speed.apply(model, chosen, speed.Parts(precision=precision))
     batch = random_batch(model, train.batch_size, seq_len, is_qa)
+    if takes_packed(model):  # cpuddp's encoder, as its loader gives it: packed real tokens
+        batch = packed_from_padded(batch)
     times = measure(model, batch, steps, warmup, precision, barrier, parties)
     costs = compress_cost.measure(model)
     return {"model": config.model, "model_code": choice.code, "parameters": sum(p.numel() for p in model.parameters()),

@@ -109,9 +109,9 @@ RULES: dict[str, Rule] = {
     "softmax": Rule("torch", _always("fp32", "fp32, as cpuddp's encoder computes it whatever this says (its "
                                              "attention's softmax in fp32, rounded once); transformers' models "
                                              "keep theirs"), exact=False),
-    "padding": Rule("keep", _always("drop", "drop, as cpuddp's encoder computes it whatever this says (every layer "
-                                            "on the packed real tokens); transformers' models compute the "
-                                            "padding"), exact=False),
+    "padding": Rule("keep", _always("drop", "drop, as cpuddp's encoder computes it whatever this says (its "
+                                            "loader packs the real tokens, which every layer and the loss take); "
+                                            "transformers' models compute the padding"), exact=False),
     "allreduce": Rule("backend", _allreduce),
     "optimizer": Rule("torch", _always("one_pass", "under bf16_master one C kernel widens, clips and applies the "
                                                    "update and rounds the weights in one pass over memory, where "

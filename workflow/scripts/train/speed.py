@@ -144,7 +144,7 @@ def _encoder_dropout_mask(model: PackedModel, value, parts: Parts) -> str:
 ON_ENCODER = {**SHARED, "optimizer": _optimizer}
 # cpuddp's encoder: every value, each the status it reports (its build chose dropout and the last layer).
 ENCODER = {"attention": lambda m, v, p: "built in: packed attention on real tokens",
-           "padding": lambda m, v, p: "built in: every layer on packed real tokens",
+           "padding": lambda m, v, p: "built in: packed real tokens from the loader to the loss",
            "softmax": lambda m, v, p: "built in: fp32, rounded once",
            "dropout": lambda m, v, p: f"built in: {m.choices.get('dropout')}",
            "dropout_bits": lambda m, v, p: "off: the encoder's masks are the hash kernel's (16 bits) or torch's",

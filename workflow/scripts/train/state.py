@@ -16,10 +16,10 @@ from workflow.scripts.common import tasks
 from workflow.scripts.probes import intel
 from workflow.scripts.settings.decisions import RunDecisions
 from workflow.scripts.common.errors import UserError
-from workflow.scripts.common.modeling import accepted_columns, autocast_for, load_model, load_tokenizer
+from workflow.scripts.common.modeling import accepted_columns, autocast_for, load_model, load_tokenizer, takes_packed
 from workflow.scripts.settings.views import TrainSettings, TrainView
 from workflow.scripts.launch.ranks import DistEnv
-from workflow.scripts.data.batching import DistributedLengthGroupedSampler, pad_collate
+from workflow.scripts.data.batching import DistributedLengthGroupedSampler, packed_collate, pad_collate
 from workflow.scripts.train import lora, master, master_kernel, model_code, schedule, speed
 from workflow.scripts.train.master import MasterAdamW
 from workflow.scripts.train.comm import CommTimer
@@ -129,7 +129,9 @@ def accumulation_for(train: TrainSettings, planned_world: int, world: int) -> in
 
 
 def make_loader(split, train: TrainSettings, env: DistEnv, pad_id: int, planned_world: int,
-                multi_label_width: int | None = None):
+                multi_label_width: int | None = None, packed: bool = False):
+    """This rank's batches: padded for a transformers model, packed real
+    tokens for cpuddp's encoder (`packed`; data/batching.py)."""
     lengths = [len(ids) for ids in split["input_ids"]]
     if not lengths:
         raise UserError("the training split is empty; check data.train")
@@ -140,7 +142,8 @@ def make_loader(split, train: TrainSettings, env: DistEnv, pad_id: int, planned_
     # from torch's global RNG that draw would shift the dropout masks of a
     # run resumed mid-epoch against an uninterrupted one.
     loader = torch.utils.data.DataLoader(
-        split.with_format(None), batch_sampler=sampler, collate_fn=pad_collate(pad_id, multi_label_width),
+        split.with_format(None), batch_sampler=sampler,
+        collate_fn=packed_collate(multi_label_width) if packed else pad_collate(pad_id, multi_label_width),
         generator=torch.Generator().manual_seed(train.seed))
     return loader, sampler
 
@@ -225,7 +228,7 @@ def build(cfg: TrainView, decisions: RunDecisions, data_dir: str, env: DistEnv, 
     torch.manual_seed(train_cfg.seed + env.rank)  # different dropout per rank
     split = split.select_columns(accepted_columns(model, split.column_names))
     loader, sampler = make_loader(split, train_cfg, env, tokenizer.pad_token_id, decisions.world_size,
-                                  task.num_labels if task.multi_label else None)
+                                  task.num_labels if task.multi_label else None, packed=takes_packed(model))
     steps = total_steps(train_cfg, len(sampler))
     optimizer, scheduler = make_optimizer(model, train_cfg, steps, decisions, parts, log)
     if decisions.ipex:

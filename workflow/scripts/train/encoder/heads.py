@@ -8,13 +8,13 @@ through dropout, dense, tanh, ELECTRA the same with GELU, DistilBERT
 through pre_classifier and ReLU; then dropout and the output layer. The
 loss follows problem_type as transformers' heads decide it.
 
-Extractive QA: start and end logits per real token, laid out [batch,
-width] as transformers gives them. Padded positions hold the lowest float
-(transformers computes logits for padding tokens and its loss includes
-them; here no padding is computed, so they are left out of the softmax):
-the loss is the mean of the start and end cross-entropies over real
-positions, positions clamped to the width and ignored there, as
-transformers does."""
+Extractive QA: start and end logits per real token, in packed order
+([tokens]) for packed input; for a padded batch laid out [batch, width] as
+transformers gives them, the lowest float at padding. The loss is the mean
+of the start and end cross-entropies, each a softmax over one sequence's
+real tokens (segment_cross_entropy): transformers computes logits for
+padding tokens and its loss includes them; here no padding is computed, so
+none is in the softmax."""
 
 from __future__ import annotations
 
@@ -77,25 +77,41 @@ class QuestionAnsweringHead(nn.Module):
         self.kernel = None
 
     def forward(self, tokens: torch.Tensor, packed: Packed, start_positions=None, end_positions=None):
-        """tokens: every packed token's hidden state [tokens, hidden]."""
+        """tokens: every packed token's hidden state [tokens, hidden]. Positions
+        in the input's order; logits [tokens] in packed order for packed
+        input, [batch, width] with the lowest float at padding for a padded one."""
         from transformers.modeling_outputs import QuestionAnsweringModelOutput
 
         logits = self.out(dropout(tokens, self.p, self.training, self.kernel))
-        lowest = torch.finfo(logits.dtype).min
-        start, end = (packed.padded(logits[:, i].contiguous(), lowest) for i in (0, 1))
+        start, end = logits[:, 0].contiguous(), logits[:, 1].contiguous()
         loss = None
         if start_positions is not None and end_positions is not None:
-            loss = qa_loss(start, end, start_positions, end_positions)
+            loss = (segment_cross_entropy(start, packed, start_positions)
+                    + segment_cross_entropy(end, packed, end_positions)) / 2
+        if packed.index is not None:  # a padded batch: its logits laid out as transformers lays them out
+            lowest = torch.finfo(logits.dtype).min
+            start, end = packed.padded(start, lowest), packed.padded(end, lowest)
         return QuestionAnsweringModelOutput(loss=loss, start_logits=start, end_logits=end)
 
 
-def qa_loss(start: torch.Tensor, end: torch.Tensor, start_positions, end_positions) -> torch.Tensor:
-    """transformers' QA loss: positions outside the inputs clamped to the width and ignored."""
-    if start_positions.dim() > 1:
-        start_positions = start_positions.squeeze(-1)
-    if end_positions.dim() > 1:
-        end_positions = end_positions.squeeze(-1)
-    ignored = start.size(1)
-    start_loss = F.cross_entropy(start, start_positions.clamp(0, ignored), ignore_index=ignored)
-    end_loss = F.cross_entropy(end, end_positions.clamp(0, ignored), ignore_index=ignored)
-    return (start_loss + end_loss) / 2
+def segment_cross_entropy(logits: torch.Tensor, packed: Packed, positions: torch.Tensor) -> torch.Tensor:
+    """The mean over sequences of the cross-entropy of each sequence's own
+    packed logits [tokens] against its answer position, in fp32: a softmax
+    per segment, no padded layout. Positions come in the input's order;
+    negative ones count as 0 and ones outside their sequence are ignored,
+    as transformers clamps and ignores those outside the padded width (a
+    position inside the padding has nothing to point at). All ignored: nan,
+    as F.cross_entropy gives."""
+    if positions.dim() > 1:
+        positions = positions.squeeze(-1)
+    if packed.order is not None:
+        positions = positions.index_select(0, packed.order)
+    lengths = torch.tensor(packed.lengths)
+    positions = positions.clamp(min=0)
+    kept = positions < lengths
+    segment = torch.repeat_interleave(torch.arange(packed.batch), lengths)
+    values = logits.float()
+    peak = values.detach().new_full((packed.batch,), float("-inf")).scatter_reduce(0, segment, values.detach(), "amax")
+    sums = values.new_zeros(packed.batch).index_add(0, segment, (values - peak[segment]).exp())
+    answer = values[packed.first_rows() + torch.minimum(positions, lengths - 1)]
+    return (sums.log() + peak - answer)[kept].mean()

@@ -83,7 +83,7 @@ def pack(attention_mask: torch.Tensor) -> Packed:
 
 def from_offsets(cu_seqlens) -> Packed:
     """The packing of input already packed, sequence i at rows cu_seqlens[i] .. cu_seqlens[i + 1] - 1."""
-    offsets = [int(o) for o in cu_seqlens]
+    offsets = cu_seqlens.tolist() if isinstance(cu_seqlens, torch.Tensor) else [int(o) for o in cu_seqlens]
     lengths = [b - a for a, b in zip(offsets, offsets[1:])]
     if offsets[0] != 0 or min(lengths, default=0) <= 0:
         raise ValueError(f"cu_seqlens must start at 0 and rise: {offsets[:8]}...")
