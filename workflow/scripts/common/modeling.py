@@ -95,8 +95,10 @@ def accepted_columns(model, columns) -> list[str]:
 
 
 def takes_packed(model) -> bool:
-    """Whether the model takes packed batches (cpuddp's encoder: cu_seqlens; data/batching.packed_collate)."""
-    return bool(accepted_columns(model, ["cu_seqlens"]))
+    """Whether the model takes packed batches (cpuddp's encoder: cu_seqlens;
+    data/batching.packed_collate). A compiled runtime model (OpenVINO's, no
+    `forward`) takes padded ones."""
+    return hasattr(model, "forward") and bool(accepted_columns(model, ["cu_seqlens"]))
 
 
 def autocast_for(precision: str):
