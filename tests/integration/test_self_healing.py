@@ -10,6 +10,7 @@ test`: 3). Everything here is real: Snakemake, mpirun, ranks, signals, files.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -85,6 +86,22 @@ def launcher_pid() -> int:
     raise AssertionError("no mpiexec.hydra of a training found")
 
 
+@contextlib.contextmanager
+def ranks_held(work: Path):
+    """Both ranks stopped while a SIGTERM is sent, so that it lands before
+    the last step whatever the CPU's speed (a fast one trains the tiny run's
+    remaining steps in the time the signal takes; 2026-11-27)."""
+    pids = [rank_pid(work, rank) for rank in range(2)]
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+
+
 def inject(fault: str, work: Path, rng: random.Random) -> None:
     rank = rng.randrange(2)
     if fault == "kill":
@@ -92,9 +109,11 @@ def inject(fault: str, work: Path, rng: random.Random) -> None:
     elif fault == "stop":
         os.kill(rank_pid(work, rank), signal.SIGSTOP)
     elif fault == "term-rank":
-        os.kill(rank_pid(work, rank), signal.SIGTERM)
+        with ranks_held(work):
+            os.kill(rank_pid(work, rank), signal.SIGTERM)
     elif fault == "term-mpirun":
-        os.kill(launcher_pid(), signal.SIGTERM)
+        with ranks_held(work):
+            os.kill(launcher_pid(), signal.SIGTERM)
     elif fault == "corrupt":  # the newest checkpoint goes bad, then a rank dies: the retry must pass over it
         newest = sorted((work / RUN / "checkpoints").glob("step-*"))[-1]
         with open(newest / "model.pt", "r+b") as handle:
