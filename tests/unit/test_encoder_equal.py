@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from helpers.tiny_family import KINDS, batch, run, tiny_hf
-from workflow.scripts.data.batching import packed_collate, pad_collate
+from workflow.scripts.data.batching import packed_collate, pad_collate, padded_rows
 from workflow.scripts.train import encoder
 from workflow.scripts.train.encoder.weights import names
 
@@ -81,13 +81,6 @@ def test_every_problem_type_has_transformers_loss(kind, labels, problem):
                  names(model, hf.base_model_prefix))
 
 
-def rows_of(inputs: dict) -> list[dict]:
-    """The dataset rows a padded test batch was made from (the loader's collate input)."""
-    lengths = inputs["attention_mask"].sum(1).tolist()
-    return [{key: (value[i, :n].tolist() if value.dim() == 2 and key != "labels" else value[i].tolist())
-             for key, value in inputs.items()} for i, n in enumerate(lengths)]
-
-
 def loss_and_grads(model, inputs: dict) -> tuple[torch.Tensor, dict]:
     model.zero_grad()
     out = model(**inputs)
@@ -124,7 +117,7 @@ def test_the_training_loaders_packed_batch_trains_as_the_padded_one(kind, task):
     inputs = batch(LENGTHS, 12, task)
     if kind == "DistilBert":
         del inputs["token_type_ids"]
-    rows = rows_of(inputs)
+    rows = padded_rows(inputs)
     packed = packed_collate()(rows)
     assert "attention_mask" not in packed and packed["input_ids"].shape == (sum(LENGTHS),)
     padded, want = loss_and_grads(model, pad_collate(1)(rows))
@@ -167,7 +160,7 @@ def test_scoring_gives_the_encoder_packed_batches_and_each_row_its_outputs(task)
     model, hf = ours_and_theirs("Bert", task)
     inputs = batch(LENGTHS, 12, task)
     rows = [{k: v for k, v in row.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
-            for row in rows_of(inputs)]
+            for row in padded_rows(inputs)]
     assert takes_packed(model) and not takes_packed(hf)
     outputs, _ = forward_all(model, datasets.Dataset.from_list(rows), 4, 1, contextlib.nullcontext)
     with torch.no_grad():

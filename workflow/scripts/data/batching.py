@@ -92,6 +92,14 @@ def updates(micro_batches, accumulation: int):
             group = []
 
 
+def row_field(rows: list[dict], key: str, num_labels: int | None) -> torch.Tensor:
+    """A field with one value per row (labels, QA positions) as a tensor;
+    multi-label rows (lists of label ids) as multi-hot float rows."""
+    if key == "labels" and num_labels and isinstance(rows[0][key], list):
+        return multi_hot([r[key] for r in rows], num_labels)
+    return torch.tensor([r[key] for r in rows])
+
+
 def pad_collate(pad_token_id: int, num_labels: int | None = None):
     """Collate dict rows into tensors, padding token fields to the batch max;
     multi-label rows (lists of label ids) become multi-hot float rows."""
@@ -105,10 +113,8 @@ def pad_collate(pad_token_id: int, num_labels: int | None = None):
                 for i, row in enumerate(rows):
                     out[i, : len(row[key])] = row[key]
                 batch[key] = torch.from_numpy(out)
-            elif key == "labels" and num_labels and isinstance(rows[0][key], list):
-                batch[key] = multi_hot([r[key] for r in rows], num_labels)
             else:
-                batch[key] = torch.tensor([r[key] for r in rows])
+                batch[key] = row_field(rows, key, num_labels)
         return batch
     return collate
 
@@ -129,10 +135,8 @@ def packed_collate(num_labels: int | None = None):
                 continue
             if key in PAD_KEYS:
                 batch[key] = torch.from_numpy(np.concatenate([np.asarray(r[key], dtype=np.int64) for r in rows]))
-            elif key == "labels" and num_labels and isinstance(rows[0][key], list):
-                batch[key] = multi_hot([r[key] for r in rows], num_labels)
             else:
-                batch[key] = torch.tensor([r[key] for r in rows])
+                batch[key] = row_field(rows, key, num_labels)
         return batch
     return collate
 
@@ -141,10 +145,14 @@ def packed_from_padded(batch: dict) -> dict:
     """A right-padded batch of tensors (with its attention_mask) as
     packed_collate gives it: for batches built as tensors (the plan's
     profile, the benches) that cpuddp's encoder is to take as training does."""
+    return packed_collate()(padded_rows(batch))
+
+
+def padded_rows(batch: dict) -> list[dict]:
+    """The dataset rows (lists and scalars) a right-padded batch of tensors holds, padding cut off."""
     lengths = batch["attention_mask"].sum(1).tolist()
-    rows = [{key: (value[i, :n].tolist() if key in PAD_KEYS else value[i].tolist()) for key, value in batch.items()}
+    return [{key: (value[i, :n].tolist() if key in PAD_KEYS else value[i].tolist()) for key, value in batch.items()}
             for i, n in enumerate(lengths)]
-    return packed_collate()(rows)
 
 
 def multi_hot(label_ids: list[list[int]], num_labels: int) -> torch.Tensor:
