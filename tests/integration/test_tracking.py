@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -54,8 +55,12 @@ def mlflow_server(tmp_path):
                 time.sleep(0.5)
         yield uri
     finally:
-        os.killpg(server.pid, 15)
-        server.wait(timeout=30)
+        os.killpg(server.pid, signal.SIGTERM)
+        try:
+            server.wait(timeout=15)
+        except subprocess.TimeoutExpired:  # its workers' graceful stop waits up to 30 s for open requests
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait(timeout=30)
 
 
 def read_back(uri: str):

@@ -26,6 +26,13 @@ from workflow.scripts.launch import ccl
 from workflow.scripts.launch.ranks import DistEnv
 
 RECORDED_PREFIXES = ("CCL_", "FI_", "I_MPI_HYDRA_IFACE")
+# Building the model (loading, compiling a kernel, DDP's first broadcast) and
+# saving it take uneven time per rank, more so on a busy node: a rank that is
+# done early waits in a collective for the others. Those waits get at least
+# this long; the training steps get distributed.timeout_minutes (`steps`), so
+# that a frozen rank is still found in bounded time. (A try whose rank 0 took
+# 23 s to build on a loaded node failed under a 15 s timeout.)
+SETUP_MINUTES = 10.0
 
 
 def init(backend: str, env: DistEnv, timeout_minutes: float) -> None:
@@ -33,7 +40,31 @@ def init(backend: str, env: DistEnv, timeout_minutes: float) -> None:
         os.environ.update(ccl.local_variables(env.local_rank, env.local_world_size))
         import oneccl_bindings_for_pytorch  # noqa: F401  registers the ccl backend
     dist.init_process_group(backend, rank=env.rank, world_size=env.world_size,
-                            timeout=datetime.timedelta(minutes=timeout_minutes))
+                            timeout=datetime.timedelta(minutes=setup_minutes(backend, timeout_minutes)))
+
+
+def setup_minutes(backend: str, timeout_minutes: float) -> float:
+    """The timeout outside the steps: gloo's can be changed once joined
+    (`steps`), oneCCL's cannot, so ccl keeps distributed.timeout_minutes."""
+    return max(timeout_minutes, SETUP_MINUTES) if backend == "gloo" else timeout_minutes
+
+
+def _set_timeout(minutes: float) -> None:
+    dist.distributed_c10d._set_pg_timeout(datetime.timedelta(minutes=minutes))
+
+
+@contextmanager
+def steps(backend: str, timeout_minutes: float):
+    """The training steps' collectives (and the evaluations and checkpoints
+    between them) must end within distributed.timeout_minutes."""
+    if backend != "gloo":
+        yield
+        return
+    _set_timeout(timeout_minutes)
+    try:
+        yield
+    finally:
+        _set_timeout(setup_minutes(backend, timeout_minutes))
 
 
 def describe() -> dict:
