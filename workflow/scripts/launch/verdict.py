@@ -74,7 +74,8 @@ def stuck_lines(outcome: Outcome, log_dir, grace: float, timeout_minutes: float 
         where = f"rank {rank} on {rank_host(log_dir, rank)}"
         if rank in outcome.frozen:
             lines.append(f"{where} stopped answering: its process is stopped (SIGSTOP or a debugger), so the "
-                         f"others gave up after distributed.timeout_minutes ({timeout_minutes:g}) and the launcher "
+                         f"others gave up waiting (distributed.timeout_minutes, {timeout_minutes:g}, in the training "
+                         "steps; longer while the model is built or saved) and the launcher "
                          f"killed it; log: {logs.log_path(log_dir, rank)}")
         else:
             lines.append(f"{where} did not exit {grace:g} s after another rank had exited, so the launcher "
