@@ -57,7 +57,7 @@ def transformers_model(folder: str, attention: str, precision: str):
 
 
 def our_model(folder: str, precision: str, hash_dropout: bool = True, first_token: bool = True,
-              reuse_grad: bool = True, fused_qkv: bool = True, kernel_gelu: bool = True):
+              reuse_grad: bool = True, fused_qkv: bool = True):
     from workflow.scripts.train import encoder, master
     from workflow.scripts.train.embedding_grad import GradPool
 
@@ -66,7 +66,7 @@ def our_model(folder: str, precision: str, hash_dropout: bool = True, first_toke
     assert model is not None, why_not
     model.encoder.first_token_only = first_token
     for layer in model.encoder.layers:
-        layer.fused, layer.kernel_gelu = fused_qkv, kernel_gelu and layer.kernel_gelu
+        layer.fused = fused_qkv
     if reuse_grad:
         model.use_grad_pool(GradPool())
     if precision == "bf16":
@@ -84,7 +84,6 @@ def rows(folder: str, precision: str) -> dict:
         "ours, last layer on every token": lambda: our_model(folder, precision, first_token=False),
         "ours, torch's embedding backward": lambda: our_model(folder, precision, reuse_grad=False),
         "ours, query, key and value as three matmuls": lambda: our_model(folder, precision, fused_qkv=False),
-        "ours, torch's GELU": lambda: our_model(folder, precision, kernel_gelu=False),
     }
 
 

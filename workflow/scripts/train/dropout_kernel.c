@@ -175,37 +175,3 @@ CLONES void softmax_dropout_backward_bf16(const uint16_t *restrict grad, const u
         for (int64_t j = 0; j < n; j++) out[j] = round_bf16(y[j] * (dy[j] - dot) * scaling);
     }
 }
-
-/* The exact (erf) GELU of bf16 tensors, forward and backward, computed in
-   float and rounded once, as ATen's vectorised kernel computes it: erf by
-   Abramowitz and Stegun 7.1.26 (ATen's Vectorized<float>::erf, within
-   1.5e-7), y = x/2 (1 + erf(x/sqrt 2)); dx = dy (cdf + x pdf) with
-   pdf = exp(-x^2/2)/sqrt(2 pi), the one exp that erf also takes. The
-   encoder's feed-forward calls it (encoder/layers.py): one vectorised pass
-   each way, where torch's bf16 GELU backward took 5% of a MiniLM step. */
-
-static inline float erf_with(float x, float e) { /* e = exp(-x^2) */
-    float z = float_of(bits_of(x) & 0x7fffffffu);
-    float t = 1.0f / (0.3275911f * z + 1.0f);
-    float r = ((((1.061405429f * t - 1.453152027f) * t + 1.421413741f) * t - 0.284496736f) * t + 0.254829592f) * t;
-    return float_of(bits_of(1.0f - r * e) | (bits_of(x) & 0x80000000u));
-}
-
-CLONES void gelu_bf16(const uint16_t *restrict x, uint16_t *restrict y, int64_t n) {
-    for (int64_t i = 0; i < n; i++) {
-        float v = float_of((uint32_t)x[i] << 16);
-        float e = exp_nonpositive(-0.5f * v * v);
-        y[i] = round_bf16(v * 0.5f * (1.0f + erf_with(v * 0.70710678118654752f, e)));
-    }
-}
-
-CLONES void gelu_backward_bf16(const uint16_t *restrict grad, const uint16_t *restrict x, uint16_t *restrict out,
-                               int64_t n) {
-    for (int64_t i = 0; i < n; i++) {
-        float v = float_of((uint32_t)x[i] << 16);
-        float e = exp_nonpositive(-0.5f * v * v);
-        float cdf = 0.5f * (1.0f + erf_with(v * 0.70710678118654752f, e));
-        float pdf = 0.39894228040143268f * e;
-        out[i] = round_bf16(float_of((uint32_t)grad[i] << 16) * (cdf + v * pdf));
-    }
-}

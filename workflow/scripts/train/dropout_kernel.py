@@ -39,10 +39,7 @@ class Kernel:
         self.forward_rows.argtypes = [pointer, pointer] + [count] * 6 + [real, seed, threshold, real, pointer, pointer]
         self.backward_rows = lib.softmax_dropout_backward_bf16
         self.backward_rows.argtypes = [pointer, pointer] + [count] * 3 + [real, seed, threshold, real, pointer]
-        self.gelu_forward, self.gelu_backward = lib.gelu_bf16, lib.gelu_backward_bf16
-        self.gelu_forward.argtypes = [pointer, pointer, count]
-        self.gelu_backward.argtypes = [pointer, pointer, pointer, count]
-        for function in (self.forward_rows, self.backward_rows, self.gelu_forward, self.gelu_backward):
+        for function in (self.forward_rows, self.backward_rows):
             function.restype = None
 
     def dropout(self, x: torch.Tensor, seed: int, dropped: int, scale: float) -> torch.Tensor:
@@ -81,23 +78,6 @@ class Kernel:
                                        first, rows, keys, scaling, seed, dropped, keep_scale,
                                        out.data_ptr() + first * keys * 2), rows * keys, (grad, probs, out))
                  for first, rows in _row_chunks(probs)]
-        run(calls)
-        return out
-
-    def gelu(self, x: torch.Tensor) -> torch.Tensor:
-        """The exact GELU of a bf16 tensor: a new contiguous tensor."""
-        return self._elementwise(self.gelu_forward, x)
-
-    def gelu_grad(self, grad: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        """The gradient of gelu(x), from that of its output."""
-        return self._elementwise(self.gelu_backward, grad.to(torch.bfloat16), x)
-
-    def _elementwise(self, function, *inputs: torch.Tensor) -> torch.Tensor:
-        inputs = [t.contiguous() for t in inputs]
-        out = torch.empty_like(inputs[0])
-        calls = [(function, (*(t.data_ptr() + 2 * start for t in inputs), out.data_ptr() + 2 * start,
-                             min(CHUNK, out.numel() - start)), min(CHUNK, out.numel() - start), (*inputs, out))
-                 for start in range(0, out.numel(), CHUNK)]
         run(calls)
         return out
 
@@ -169,18 +149,3 @@ class KernelDropout(torch.autograd.Function):
     def backward(ctx, grad):
         kernel, *args = ctx.args
         return kernel.dropout(grad, *args), None, None
-
-
-class KernelGelu(torch.autograd.Function):
-    """The exact GELU of bf16 activations with the kernel, forward and backward."""
-
-    @staticmethod
-    def forward(ctx, input, kernel: Kernel):
-        ctx.save_for_backward(input)
-        ctx.kernel = kernel
-        return kernel.gelu(input)
-
-    @staticmethod
-    def backward(ctx, grad):
-        (input,) = ctx.saved_tensors
-        return ctx.kernel.gelu_grad(grad, input), None

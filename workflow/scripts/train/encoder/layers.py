@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from workflow.scripts.train.dropout_kernel import KernelDropout, KernelGelu
+from workflow.scripts.train.dropout_kernel import KernelDropout
 from workflow.scripts.train.encoder import attention as packed_attention
 from workflow.scripts.train.encoder.packing import Packed
 from workflow.scripts.train.encoder.spec import Spec
@@ -83,15 +83,9 @@ class Layer(nn.Module):
         self.ffn_norm = nn.LayerNorm(hidden, eps=spec.eps)
         self.act = activation(spec.activation)
         self.fused = True  # query, key and value in one matmul (False: three, for measuring what that saves)
-        self.kernel_gelu = spec.activation == "gelu"  # bf16 with the kernel: its GELU (False: torch's)
         self.heads, self.scaling = spec.heads, spec.head_size ** -0.5
         self.p_attention, self.p_attention_output, self.p = (spec.attention_dropout, spec.attention_output_dropout,
                                                              spec.hidden_dropout)
-
-    def activate(self, x: torch.Tensor, kernel) -> torch.Tensor:
-        if self.kernel_gelu and kernel is not None and x.dtype == torch.bfloat16:
-            return KernelGelu.apply(x, kernel)
-        return self.act(x)
 
     def projections(self, x: torch.Tensor, residual: torch.Tensor, first_token: bool):
         """Query (of `residual`'s rows), key and value (of every token): one
@@ -117,7 +111,7 @@ class Layer(nn.Module):
                                              self.p_attention if training else 0.0, first_token, kernel)
         attended = dropout(self.attention_output(context), self.p_attention_output, training, kernel)
         attended = self.attention_norm(attended + residual)
-        out = dropout(self.ffn_out(self.activate(self.ffn_in(attended), kernel)), self.p, training, kernel)
+        out = dropout(self.ffn_out(self.act(self.ffn_in(attended))), self.p, training, kernel)
         return self.ffn_norm(out + attended)
 
 
