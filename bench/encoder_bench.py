@@ -57,7 +57,7 @@ def transformers_model(folder: str, attention: str, precision: str):
 
 
 def our_model(folder: str, precision: str, hash_dropout: bool = True, first_token: bool = True,
-              reuse_grad: bool = True, fused_qkv: bool = True):
+              reuse_grad: bool = True):
     from workflow.scripts.train import encoder, master
     from workflow.scripts.train.embedding_grad import GradPool
 
@@ -65,8 +65,6 @@ def our_model(folder: str, precision: str, hash_dropout: bool = True, first_toke
                                    hash_dropout=hash_dropout)
     assert model is not None, why_not
     model.encoder.first_token_only = first_token
-    for layer in model.encoder.layers:
-        layer.fused = fused_qkv
     if reuse_grad:
         model.use_grad_pool(GradPool())
     if precision == "bf16":
@@ -83,7 +81,6 @@ def rows(folder: str, precision: str) -> dict:
         "ours, torch's dropout and attention ops": lambda: our_model(folder, precision, hash_dropout=False),
         "ours, last layer on every token": lambda: our_model(folder, precision, first_token=False),
         "ours, torch's embedding backward": lambda: our_model(folder, precision, reuse_grad=False),
-        "ours, query, key and value as three matmuls": lambda: our_model(folder, precision, fused_qkv=False),
     }
 
 

@@ -82,33 +82,18 @@ class Layer(nn.Module):
         self.ffn_out = nn.Linear(spec.intermediate, hidden)
         self.ffn_norm = nn.LayerNorm(hidden, eps=spec.eps)
         self.act = activation(spec.activation)
-        self.fused = True  # query, key and value in one matmul (False: three, for measuring what that saves)
         self.heads, self.scaling = spec.heads, spec.head_size ** -0.5
         self.p_attention, self.p_attention_output, self.p = (spec.attention_dropout, spec.attention_output_dropout,
                                                              spec.hidden_dropout)
-
-    def projections(self, x: torch.Tensor, residual: torch.Tensor, first_token: bool):
-        """Query (of `residual`'s rows), key and value (of every token): one
-        matmul for the three (for key and value where the query has other
-        rows), as [tokens, hidden] column views of its output. One matmul
-        reads x once, and its backward gives x's gradient as one matmul
-        rather than three summed."""
-        if not self.fused:
-            return self.query(residual), self.key(x), self.value(x)
-        parts = (self.key, self.value) if first_token else (self.query, self.key, self.value)
-        weight = torch.cat([part.weight for part in parts])
-        bias = torch.cat([part.bias for part in parts])
-        out = F.linear(x, weight, bias).chunk(len(parts), dim=1)
-        return (self.query(residual), *out) if first_token else out
 
     def forward(self, x: torch.Tensor, packed: Packed, kernel, first_token: bool = False) -> torch.Tensor:
         """x: [tokens, hidden] -> [tokens, hidden], or [sequences, hidden] (each
         sequence's first token) with first_token; keys and values from every token."""
         training = self.training
         residual = x.index_select(0, packed.first_rows()) if first_token else x
-        q, k, v = self.projections(x, residual, first_token)
-        context = packed_attention.attention(q, k, v, packed, self.heads, self.scaling,
-                                             self.p_attention if training else 0.0, first_token, kernel)
+        context = packed_attention.attention(
+            self.query(residual), self.key(x), self.value(x), packed, self.heads, self.scaling,
+            self.p_attention if training else 0.0, first_token, kernel)
         attended = dropout(self.attention_output(context), self.p_attention_output, training, kernel)
         attended = self.attention_norm(attended + residual)
         out = dropout(self.ffn_out(self.act(self.ffn_in(attended))), self.p, training, kernel)
