@@ -58,6 +58,22 @@ def wait_for_checkpoint(work: Path, step: int, after: float, job: Background, ti
         time.sleep(0.05)
 
 
+def wait_for_tries(work: Path, count: int, job: Background, timeout: float = 300) -> None:
+    """Until `count` tries are recorded: the next fault must hit the next try,
+    not the end of this one (a SIGTERM's stop checkpoint can be the step the
+    next fault waits for, and a kill there fails the stopping try)."""
+    path, deadline = work / RUN / "tries.json", time.time() + timeout
+    while time.time() < deadline and job.poll() is None:
+        try:
+            if len(json.loads(path.read_text())) >= count:
+                return
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.05)
+    if job.poll() is None:
+        raise AssertionError(f"try {count} was never recorded in {path}")
+
+
 def rank_pid(work: Path, rank: int, timeout: float = 60) -> int:
     """The pid of the current try's rank `rank`, from its status file (a
     search of /proc may find the last try's rank while it is torn down)."""
@@ -131,10 +147,11 @@ def run_with_faults(work: Path, model: Path, faults: list[str], seed: int,
     started = time.time()
     with start(work, model, retries=len(faults), whole=whole) as job:
         after = started
-        for fault, step in zip(faults, steps):
+        for done, (fault, step) in enumerate(zip(faults, steps)):
             wait_for_checkpoint(work, step, after, job)
-            after = time.time()
             inject(fault, work, rng)
+            wait_for_tries(work, done + 1, job)
+            after = time.time()
         out, _ = job.communicate(timeout=900)
     assert job.returncode == 0, out[-4000:]
     tries = json.loads((work / RUN / "tries.json").read_text())
