@@ -57,14 +57,15 @@ def _set_timeout(minutes: float) -> None:
 def steps(backend: str, timeout_minutes: float):
     """The training steps' collectives (and the evaluations and checkpoints
     between them) must end within distributed.timeout_minutes."""
-    if backend != "gloo":
+    setup = setup_minutes(backend, timeout_minutes)
+    if setup == timeout_minutes:  # ccl, or a timeout already as long as the setup's: nothing to change
         yield
         return
     _set_timeout(timeout_minutes)
     try:
         yield
     finally:
-        _set_timeout(setup_minutes(backend, timeout_minutes))
+        _set_timeout(setup)
 
 
 def describe() -> dict:

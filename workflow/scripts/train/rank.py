@@ -147,7 +147,7 @@ def train_and_save(job: Job, env: DistEnv, log, status: logs.RankStatus) -> None
     status.write("running", resumed_from_step=progress.resumed_from_step)
     params = tracking.run_params(cfg, decisions, env.world_size, t.choice.as_dict())
     with tracking.opened(cfg.report, out_dir, params, log, main=env.is_main), \
-            process_group.steps(decisions.backend, cfg.distributed.timeout_minutes):  # report.trackers
+            process_group.steps(decisions.backend, cfg.distributed.timeout_minutes):  # trackers; the steps' timeout
         loop.run_epochs(t, progress, checkpoints, log, stops, evaluator)  # ends with a checkpoint at the last step
     gathered = [None] * env.world_size  # the final barrier: every rank has trained
     dist.all_gather_object(gathered, rank_record(env, t.model, decisions.threads_per_process, t.comm))
