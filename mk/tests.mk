@@ -65,7 +65,8 @@ test-fast: venv bytecode
 # start once), longest files first (tests/conftest.py): in one process a
 # good part of this lane is waiting, which other workers' work fills; then the
 # 2 cores are saturated, so the lane's time follows its CPU work: 17:48 for
-# `make test`'s, 21:00 for test-all's with the cluster tests (2026-11-28).
+# `make test`'s, 21:00 for test-all's with the cluster tests (2026-11-28;
+# 4 workers, passive OpenMP: 22:56).
 # WORKERS=0 runs it in this process.
 # OMP_WAIT_POLICY=PASSIVE: an OpenMP thread with nothing to do sleeps at once
 # instead of spinning for the next parallel region. Three workers' processes
