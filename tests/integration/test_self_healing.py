@@ -47,31 +47,35 @@ def checkpoint_marker(work: Path, step: int) -> Path:
     return work / RUN / f"checkpoints/step-{step:08d}/COMPLETE"
 
 
-def wait_for_checkpoint(work: Path, step: int, after: float, job: Background, timeout: float = 300) -> None:
-    """Until checkpoint `step` is written (again) after `after`."""
-    marker, deadline = checkpoint_marker(work, step), time.time() + timeout
-    while not (marker.is_file() and marker.stat().st_mtime >= after):
-        if job.poll() is not None:
-            raise AssertionError(f"the workflow ended before checkpoint {step}:\n{job.output()[-3000:]}")
+def wait_until(what: str, ready, job: Background, timeout: float = 300) -> None:
+    """Until ready(); fails if the workflow ends first or `timeout` passes."""
+    deadline = time.time() + timeout
+    while not ready():
+        if job.poll() is not None and not ready():
+            raise AssertionError(f"the workflow ended before {what}:\n{job.output()[-3000:]}")
         if time.time() > deadline:
-            raise AssertionError(f"checkpoint {step} never appeared")
+            raise AssertionError(f"{what} never appeared")
         time.sleep(0.05)
 
 
-def wait_for_tries(work: Path, count: int, job: Background, timeout: float = 300) -> None:
+def wait_for_checkpoint(work: Path, step: int, after: float, job: Background) -> None:
+    """Until checkpoint `step` is written (again) after `after`."""
+    marker = checkpoint_marker(work, step)
+    wait_until(f"checkpoint {step}", lambda: marker.is_file() and marker.stat().st_mtime >= after, job)
+
+
+def tries_recorded(work: Path) -> int:
+    try:
+        return len(json.loads((work / RUN / "tries.json").read_text()))
+    except (OSError, ValueError):  # not written yet, or being replaced
+        return 0
+
+
+def wait_for_tries(work: Path, count: int, job: Background) -> None:
     """Until `count` tries are recorded: the next fault must hit the next try,
     not the end of this one (a SIGTERM's stop checkpoint can be the step the
     next fault waits for, and a kill there fails the stopping try)."""
-    path, deadline = work / RUN / "tries.json", time.time() + timeout
-    while time.time() < deadline and job.poll() is None:
-        try:
-            if len(json.loads(path.read_text())) >= count:
-                return
-        except (OSError, ValueError):
-            pass
-        time.sleep(0.05)
-    if job.poll() is None:
-        raise AssertionError(f"try {count} was never recorded in {path}")
+    wait_until(f"try {count} in tries.json", lambda: tries_recorded(work) >= count, job)
 
 
 def rank_pid(work: Path, rank: int, timeout: float = 60) -> int:
