@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 
@@ -41,6 +42,17 @@ class Background(subprocess.Popen):
             return self.output_path.read_text(errors="replace")
         except FileNotFoundError:
             return ""
+
+    def wait_until(self, what: str, ready, timeout: float = 300) -> None:
+        """Until ready(); fails with the output if the command ends first
+        (and `what` has not happened), or after `timeout` seconds."""
+        deadline = time.time() + timeout
+        while not ready():
+            if self.poll() is not None and not ready():
+                raise AssertionError(f"the workflow ended before {what}:\n{self.output()[-3000:]}")
+            if time.time() > deadline:
+                raise AssertionError(f"{what} never appeared")
+            time.sleep(0.05)
 
     def communicate(self, input=None, timeout=None):
         self.wait(timeout)

@@ -95,15 +95,11 @@ def write_launch(work: Path, distributed: dict) -> list[str]:
 
 
 def wait_running(log_dir: Path, ranks: int, job: Background, timeout: float = 120) -> None:
-    deadline = time.time() + timeout
-    while True:
+    def running() -> bool:
         statuses = [json.loads(p.read_text()) if p.is_file() else {}
                     for p in (log_dir / f"rank{r}.exit" for r in range(ranks))]
-        if all(s.get("status") == "running" for s in statuses):
-            return
-        assert job.poll() is None, f"the first try ended:\n{job.output()[-3000:]}"
-        assert time.time() < deadline, "the ranks never started"
-        time.sleep(0.1)
+        return all(s.get("status") == "running" for s in statuses)
+    job.wait_until("every rank running", running, timeout)
 
 
 def snapshot(folder: Path) -> dict:
@@ -232,11 +228,8 @@ def training_launcher(job: Background, timeout: float = 300) -> psutil.Process:
 
 
 def wait_for_checkpoint(work: Path, step: int, job: Background, timeout: float = 400) -> None:
-    marker, deadline = work / RUN / f"checkpoints/step-{step:08d}/COMPLETE", time.time() + timeout
-    while not marker.is_file():
-        assert job.poll() is None, f"the workflow ended before checkpoint {step}:\n{job.output()[-3000:]}"
-        assert time.time() < deadline, f"checkpoint {step} never appeared"
-        time.sleep(0.05)
+    marker = work / RUN / f"checkpoints/step-{step:08d}/COMPLETE"
+    job.wait_until(f"checkpoint {step}", marker.is_file, timeout)
 
 
 def of_the_run(work: Path) -> list[psutil.Process]:

@@ -47,21 +47,10 @@ def checkpoint_marker(work: Path, step: int) -> Path:
     return work / RUN / f"checkpoints/step-{step:08d}/COMPLETE"
 
 
-def wait_until(what: str, ready, job: Background, timeout: float = 300) -> None:
-    """Until ready(); fails if the workflow ends first or `timeout` passes."""
-    deadline = time.time() + timeout
-    while not ready():
-        if job.poll() is not None and not ready():
-            raise AssertionError(f"the workflow ended before {what}:\n{job.output()[-3000:]}")
-        if time.time() > deadline:
-            raise AssertionError(f"{what} never appeared")
-        time.sleep(0.05)
-
-
 def wait_for_checkpoint(work: Path, step: int, after: float, job: Background) -> None:
     """Until checkpoint `step` is written (again) after `after`."""
     marker = checkpoint_marker(work, step)
-    wait_until(f"checkpoint {step}", lambda: marker.is_file() and marker.stat().st_mtime >= after, job)
+    job.wait_until(f"checkpoint {step}", lambda: marker.is_file() and marker.stat().st_mtime >= after)
 
 
 def tries_recorded(work: Path) -> int:
@@ -75,7 +64,7 @@ def wait_for_tries(work: Path, count: int, job: Background) -> None:
     """Until `count` tries are recorded: the next fault must hit the next try,
     not the end of this one (a SIGTERM's stop checkpoint can be the step the
     next fault waits for, and a kill there fails the stopping try)."""
-    wait_until(f"try {count} in tries.json", lambda: tries_recorded(work) >= count, job)
+    job.wait_until(f"try {count} in tries.json", lambda: tries_recorded(work) >= count)
 
 
 def rank_pid(work: Path, rank: int, timeout: float = 60) -> int:
