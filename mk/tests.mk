@@ -40,28 +40,19 @@ test: venv
 	@echo "== lanes"; cat .lanes/times
 	@echo "== skips"; $(BIN)/python mk/skips.py .lanes/*.xml
 
-# The Intel lane runs beside the integration lane, not after it: that lane's
-# workers leave about 15% of the 2 cores idle while they wait (for Slurm, a
-# killed rank, a timeout; 37.6 CPU-min in 22 min, measured with process
-# accounting on 2026-11-28), which the Intel lane's one worker fills. Its output
-# is printed once it ends. It runs in a process group of its own (setsid),
-# which the recipe's shell stops when it exits or is stopped (trap), so a
-# stopped test-all leaves no Intel lane running beside the next one. Both
-# lanes' namespaces, ports and temp folders are per process, as the
-# integration lane's three workers already need.
-# Measured in CI (.ci/run, 5f5703f): both lanes together 26:22, where the same
-# VM hour's scaling lane (2:43, 1.07-1.12x its earlier runs) predicts 26:39-28:52
-# run one after the other: a gain of 1-9%, within the VM's hour-to-hour swing.
+# The lanes run one after the other. Running the Intel lane beside the
+# integration lane was tried (2026-11-28): it gained 1-9% in one CI run (26:22
+# for both, within the VM's hour-to-hour swing), and in the next, on a slower
+# VM hour, it stretched the Intel lane from 8-10 to 25 minutes and a sweep
+# test's wait for a rank ran out. Four busy processes on 2 cores cost more in
+# flaky waits than the idle 15% they would fill.
 test-all: need-root need-debs need-intel-python venv
 	@rm -rf .lanes
 	@$(MAKE) --no-print-directory intel-venv-background
 	@$(LANE) lint $(MAKE) --no-print-directory lint
 	@$(LANE) unit $(MAKE) --no-print-directory test-fast
-	@setsid $(LANE) intel $(MAKE) --no-print-directory test-intel > .lanes/intel.log 2>&1 & intel=$$!; \
-	trap 'kill -TERM -$$intel 2>/dev/null' EXIT HUP INT TERM; \
-	$(LANE) integration+cluster $(MAKE) --no-print-directory test-integration-all; integration=$$?; \
-	wait $$intel; rc=$$?; echo "== intel lane (ran beside the integration lane)"; cat .lanes/intel.log; \
-	[ $$integration = 0 ] && [ $$rc = 0 ]
+	@$(LANE) integration+cluster $(MAKE) --no-print-directory test-integration-all
+	@$(LANE) intel $(MAKE) --no-print-directory test-intel
 	@echo "== lanes"; cat .lanes/times
 	@echo "== skips"; $(BIN)/python mk/skips.py .lanes/*.xml
 

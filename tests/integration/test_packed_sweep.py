@@ -46,10 +46,11 @@ def is_rank_of(run: str, cmdline: list[str]) -> bool:
     return cmdline[1:3] == ["-m", "workflow.scripts.train.rank"] and f"/packed/{run}/" in " ".join(cmdline)
 
 
-def kill_a_rank_of(run: str, job: subprocess.Popen, timeout: float = 120) -> None:
-    """SIGKILL one training rank of `run` once it exists: its try fails."""
-    deadline = time.time() + timeout
-    while time.time() < deadline and job.poll() is None:
+def kill_a_rank_of(run: str, job: Background, timeout: float = 300) -> None:
+    """SIGKILL one training rank of `run` once it exists: its try fails. The
+    run may start in the sweep's second pair, after a first run has ended, so
+    the wait is bounded by a whole sweep's time, not one start-up."""
+    def killed() -> bool:
         for proc in psutil.Process().children(recursive=True):
             try:
                 cmdline = proc.cmdline()
@@ -57,9 +58,9 @@ def kill_a_rank_of(run: str, job: subprocess.Popen, timeout: float = 120) -> Non
                 continue
             if is_rank_of(run, cmdline):
                 os.kill(proc.pid, signal.SIGKILL)
-                return
-        time.sleep(0.05)
-    raise AssertionError(f"no rank of {run} seen")
+                return True
+        return False
+    job.wait_until(f"a rank of {run}", killed, timeout)
 
 
 @needs_root
@@ -75,7 +76,7 @@ def test_four_one_node_runs_share_two_hosts_two_at_a_time(cluster):
     started = time.time()
     job = Background(on_host(hosts[0], argv), env=host_env(mapping))
     kill_a_rank_of("s2", job)
-    out, _ = job.communicate(timeout=240)
+    out, _ = job.communicate(timeout=300)
     assert job.returncode == 0, out[-6000:]
 
     leases = cluster_path.parent / ".cpuddp-leases"  # next to the hostfile
