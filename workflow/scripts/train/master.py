@@ -19,6 +19,11 @@ master weights, as large-scale bf16 training keeps them.
   moments, the master rounded into the weight; clipping's norm is summed
   from the bf16 gradients. No fp32 gradients are kept. The state (masters,
   moments, steps) is torch's, so checkpoints move between the two paths.
+  An embedding table (`row_sparse`) with weight decay 0 is updated only
+  in its active rows: those whose gradient or moments ever held a non-zero.
+  A batch touches a few hundred of its ~30,000 rows, and a row whose
+  gradient and moments are all zero comes out of AdamW unchanged, so the
+  result is the full update's, bit for bit, for less of a table's pass.
 - Checkpoints hold the masters (exact resume); the saved model is the
   masters, in fp32.
 """
@@ -61,7 +66,8 @@ def step_parts(model, precision: str, lr: float = 1e-5):
         to_bf16_encoder(model)
         one_pass = master_kernel.load()[0] is not None
         trainable = [p for p in model.parameters() if p.requires_grad]  # train.lora: the adapters and the head
-        return (MasterAdamW([{"params": trainable}], lr=lr, fused=True, one_pass=one_pass),
+        tables = [m.weight for m in model.modules() if isinstance(m, torch.nn.Embedding)]
+        return (MasterAdamW([{"params": trainable}], lr=lr, fused=True, one_pass=one_pass, row_sparse=tables),
                 autocast_for("fp32"))
     return torch.optim.AdamW(model.parameters(), lr=lr, fused=True), autocast_for(precision)
 
@@ -78,7 +84,7 @@ class MasterAdamW(torch.optim.AdamW):
     (train/master_kernel.py), which must have loaded; clipping then goes
     through clip_grad_norm."""
 
-    def __init__(self, groups: list[dict], one_pass: bool = False, **kwargs):
+    def __init__(self, groups: list[dict], one_pass: bool = False, row_sparse=(), **kwargs):
         self.model_params: list[torch.Tensor] = []
         master_groups = []
         for group in groups:
@@ -102,6 +108,10 @@ class MasterAdamW(torch.optim.AdamW):
                 raise ValueError("MasterAdamW one_pass: no amsgrad, no maximize")
             pairs = iter(zip(self.model_params, self.masters))
             self.group_pairs = [[next(pairs) for _ in g["params"]] for g in self.param_groups]
+        sparse = {id(p) for p in row_sparse}
+        self.row_sparse = {id(p) for p in self.model_params if id(p) in sparse and p.dim() == 2}
+        self.active: dict[int, torch.Tensor] = {}  # id of a row_sparse parameter: its active rows (uint8)
+        self.rows_updated = [0, 0]  # rows of the row_sparse tables updated, and their rows, over the steps
 
     def stage_gradients(self) -> list[torch.Tensor]:
         """Widen the bf16 gradients into the masters' fp32 ones (kept from
@@ -168,11 +178,35 @@ class MasterAdamW(torch.optim.AdamW):
                 state["step"] += 1
                 args = master_kernel.adamw_args(float(group["lr"]), float(beta1), float(beta2), group["weight_decay"],
                                                 group["eps"], state["step"].item(), self.clip_scale)
-                calls += self.kernel.adamw(None if p is m else p, p.grad.contiguous(), m, state["exp_avg"],
-                                           state["exp_avg_sq"], args)
+                active = self.active_rows(p, m, state, group)
+                if active is None:
+                    calls += self.kernel.adamw(None if p is m else p, p.grad.contiguous(), m, state["exp_avg"],
+                                               state["exp_avg_sq"], args)
+                else:
+                    calls += self.kernel.adamw_rows(p, p.grad, m, state["exp_avg"], state["exp_avg_sq"], active,
+                                                    args)
         master_kernel.run(calls)
         self.clip_scale = 1.0
         return loss
+
+    def active_rows(self, p: torch.Tensor, m: torch.Tensor, state: dict, group: dict) -> torch.Tensor | None:
+        """The rows of a row_sparse bf16 table the step must update (uint8
+        flags), or None for a full update. Skipping a row is exact only where
+        its gradient, exp_avg and exp_avg_sq are all zero and weight decay is
+        0: the flags start from the moments' non-zero rows (a fresh state's
+        are all zero; a loaded one's say which rows have moved) and take in
+        every row this step's gradient holds a non-zero in."""
+        if (id(p) not in self.row_sparse or p is m or group["weight_decay"] != 0 or not p.grad.is_contiguous()
+                or not math.isfinite(self.clip_scale)):  # a non-finite clip factor turns the zero rows NaN too
+            return None
+        active = self.active.get(id(p))
+        if active is None:
+            active = (state["exp_avg"].ne(0) | state["exp_avg_sq"].ne(0)).any(dim=1).to(torch.uint8)
+            self.active[id(p)] = active
+        master_kernel.run(self.kernel.mark_rows(p.grad, active))
+        self.rows_updated[0] += int(active.sum())
+        self.rows_updated[1] += active.numel()
+        return active
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         for p in self.model_params:
@@ -185,6 +219,7 @@ class MasterAdamW(torch.optim.AdamW):
         state = dict(state)
         masters = state.pop("masters")
         super().load_state_dict(state)
+        self.active = {}  # the loaded moments say which rows are active
         with torch.no_grad():
             for (p, m), saved in zip(self.lowered, masters, strict=True):
                 m.copy_(saved)

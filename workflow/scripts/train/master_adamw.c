@@ -85,12 +85,46 @@ typedef struct {
     const int small = fabsf(a.exp_avg_weight) < 0.5f;                           \
     const float lerp = small ? a.exp_avg_weight : a.exp_avg_weight - 1.0f;
 
-CLONES void adamw_bf16(uint16_t *restrict weight, const uint16_t *restrict grad, float *restrict master,
-                       float *restrict exp_avg, float *restrict exp_avg_sq, int64_t n, adamw_args a) {
+static inline void adamw_bf16_span(uint16_t *restrict weight, const uint16_t *restrict grad,
+                                   float *restrict master, float *restrict exp_avg, float *restrict exp_avg_sq,
+                                   int64_t n, adamw_args a) {
     LERP_WEIGHT
     for (int64_t i = 0; i < n; i++) {
         ADAMW_ELEMENT(widen(grad[i]))
         weight[i] = round_bf16(p);
+    }
+}
+
+CLONES void adamw_bf16(uint16_t *restrict weight, const uint16_t *restrict grad, float *restrict master,
+                       float *restrict exp_avg, float *restrict exp_avg_sq, int64_t n, adamw_args a) {
+    adamw_bf16_span(weight, grad, master, exp_avg, exp_avg_sq, n, a);
+}
+
+/* An embedding table's update, rows x width, over its active rows only. A
+   row whose gradient, exp_avg and exp_avg_sq are all zero comes out of
+   ADAMW_ELEMENT unchanged when decay is 1 (weight decay 0): g, m and v stay
+   0, and p - step_size * 0 / eps is p; the caller marks every other row
+   active (mark_rows_bf16, and the moments' non-zero rows). */
+CLONES void adamw_bf16_rows(uint16_t *restrict weight, const uint16_t *restrict grad, float *restrict master,
+                            float *restrict exp_avg, float *restrict exp_avg_sq, int64_t rows, int64_t width,
+                            const uint8_t *restrict active, adamw_args a) {
+    for (int64_t r = 0; r < rows; r++) {
+        if (!active[r]) continue;
+        int64_t at = r * width;
+        adamw_bf16_span(weight + at, grad + at, master + at, exp_avg + at, exp_avg_sq + at, width, a);
+    }
+}
+
+/* Marks active each row of a rows x width bf16 gradient that holds a value
+   other than +0 or -0 (a NaN or an infinity too, so the update spreads it as
+   the full one would). A row already active is not read again. */
+CLONES void mark_rows_bf16(const uint16_t *restrict grad, int64_t rows, int64_t width, uint8_t *restrict active) {
+    for (int64_t r = 0; r < rows; r++) {
+        if (active[r]) continue;
+        const uint16_t *row = grad + r * width;
+        uint16_t any = 0;
+        for (int64_t j = 0; j < width; j++) any |= row[j] & 0x7fffu;
+        active[r] = any != 0;
     }
 }
 

@@ -78,6 +78,10 @@ class Kernel:
         lib.adamw_fp32.restype = None
         lib.sum_squares_bf16.argtypes = [pointer, count]
         lib.sum_squares_bf16.restype = ctypes.c_double
+        lib.adamw_bf16_rows.argtypes = [pointer] * 5 + [count, count, pointer, AdamwArgs]
+        lib.adamw_bf16_rows.restype = None
+        lib.mark_rows_bf16.argtypes = [pointer, count, count, pointer]
+        lib.mark_rows_bf16.restype = None
 
     def adamw(self, weight: torch.Tensor | None, grad: torch.Tensor, master: torch.Tensor, exp_avg: torch.Tensor,
               exp_avg_sq: torch.Tensor, args: AdamwArgs) -> list:
@@ -95,6 +99,32 @@ class Kernel:
             _check(grad, torch.bfloat16, "grad")
             tensors, function = (weight, grad, master, exp_avg, exp_avg_sq), self.lib.adamw_bf16
         return [(function, (*pointers, count, args), count, tensors) for pointers, count in _chunks(tensors)]
+
+    def adamw_rows(self, weight: torch.Tensor, grad: torch.Tensor, master: torch.Tensor, exp_avg: torch.Tensor,
+                   exp_avg_sq: torch.Tensor, active: torch.Tensor, args: AdamwArgs) -> list:
+        """The calls of a bf16 embedding table's update over the rows marked
+        in `active` (uint8, a flag per row) only: the others must be rows
+        that the full update leaves as they are (MasterAdamW.active_rows)."""
+        rows, width = weight.shape
+        for tensor, name in ((master, "master"), (exp_avg, "exp_avg"), (exp_avg_sq, "exp_avg_sq")):
+            _check(tensor, torch.float32, name)
+            assert tensor.shape == weight.shape, f"{name}: {tuple(tensor.shape)}, the weight {tuple(weight.shape)}"
+        _check(weight, torch.bfloat16, "weight")
+        _check(grad, torch.bfloat16, "grad")
+        _check(active, torch.uint8, "active")
+        assert grad.shape == weight.shape and active.numel() == rows
+        tensors = (weight, grad, master, exp_avg, exp_avg_sq)
+        return [(self.lib.adamw_bf16_rows, (*pointers, count, width, active.data_ptr() + first, args),
+                 count * width, (*tensors, active)) for first, pointers, count in _row_chunks(tensors, rows, width)]
+
+    def mark_rows(self, grad: torch.Tensor, active: torch.Tensor) -> list:
+        """The calls that mark in `active` every row of the bf16 table
+        `grad` holding a non-zero (rows already marked are not read)."""
+        rows, width = grad.shape
+        _check(grad, torch.bfloat16, "grad")
+        _check(active, torch.uint8, "active")
+        return [(self.lib.mark_rows_bf16, (pointers[0], count, width, active.data_ptr() + first), count * width,
+                 (grad, active)) for first, pointers, count in _row_chunks((grad,), rows, width)]
 
     def computes_the_float_step(self, n: int = 45) -> bool:
         """Whether one step on a few elements (a vector's worth and a tail)
@@ -143,3 +173,12 @@ def _chunks(tensors: tuple) -> list[tuple[list[int], int]]:
     n = tensors[0].numel()
     bases = [(t.data_ptr(), t.element_size()) for t in tensors]
     return [([base + start * size for base, size in bases], min(CHUNK, n - start)) for start in range(0, n, CHUNK)]
+
+
+def _row_chunks(tensors: tuple, rows: int, width: int) -> list[tuple[int, list[int], int]]:
+    """(first row, pointers, rows) per about CHUNK elements of equally
+    shaped rows x width tensors, whole rows each."""
+    per = max(1, CHUNK // width)
+    bases = [(t.data_ptr(), t.element_size()) for t in tensors]
+    return [(first, [base + first * width * size for base, size in bases], min(per, rows - first))
+            for first in range(0, rows, per)]

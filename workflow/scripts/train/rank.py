@@ -59,7 +59,14 @@ def weights_digest(model) -> str:
     return digest.hexdigest()
 
 
-def rank_record(env: DistEnv, model, threads: int, comm: CommTimer) -> dict:
+def rows_updated_share(optimizer) -> float | None:
+    """The share of the embedding tables' rows the one-pass AdamW updated
+    (MasterAdamW.active_rows), over the run; None where it updates them all."""
+    updated, rows = getattr(optimizer, "rows_updated", (0, 0))
+    return round(updated / rows, 4) if rows else None
+
+
+def rank_record(env: DistEnv, model, threads: int, comm: CommTimer, optimizer=None) -> dict:
     return {
         "rank": env.rank,
         "host": socket.gethostname(),
@@ -70,6 +77,7 @@ def rank_record(env: DistEnv, model, threads: int, comm: CommTimer) -> dict:
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "allreduce_wait_share": comm.wait_share(),
         **comm.counts(),
+        "embedding_rows_updated_share": rows_updated_share(optimizer),
         "step_split": comm.step_split(),
         "weights_sha256": weights_digest(model),
         "process_group": process_group.describe(),
@@ -150,7 +158,8 @@ def train_and_save(job: Job, env: DistEnv, log, status: logs.RankStatus) -> None
             process_group.steps(decisions.backend, cfg.distributed.timeout_minutes):  # trackers; the steps' timeout
         loop.run_epochs(t, progress, checkpoints, log, stops, evaluator)  # ends with a checkpoint at the last step
     gathered = [None] * env.world_size  # the final barrier: every rank has trained
-    dist.all_gather_object(gathered, rank_record(env, t.model, decisions.threads_per_process, t.comm))
+    dist.all_gather_object(gathered, rank_record(env, t.model, decisions.threads_per_process, t.comm,
+                                                t.optimizer))
     fault_point.reach("final-save", env.rank)
     if env.is_main:
         if evaluator.keep_best and progress.best and progress.best["step"] != progress.step:
