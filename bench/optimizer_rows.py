@@ -80,9 +80,9 @@ def main(argv=None) -> None:
           f"{step_ms:.1f} ms; update, tables in full: {full:.1f} ms ({100 * full / (step_ms + full):.1f}% of the step)")
     for share in SHARES:
         ms = update_ms(model, share, args.rounds)
-        saved = full - ms
+        saved, step = full - ms, step_ms + full
         print(f"  active rows {100 * share:5.1f}%: update {ms:6.1f} ms; saved {saved:5.1f} ms = "
-              f"{100 * saved / (step_ms + full):4.1f}% of the step (x{(step_ms + full) / (step_ms + ms):.3f} samples/s)")
+              f"{100 * saved / step:4.1f}% of the step (x{step / (step - saved):.3f} samples/s)")
 
 
 if __name__ == "__main__":
