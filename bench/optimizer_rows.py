@@ -2,7 +2,7 @@
 on one thread, as a rank of 2 x 1 takes its step, the bf16_master update of
 every trainable parameter with the embedding tables updated in full, then
 over a share of their rows only (the rows whose gradient or moments ever
-held a non-zero), set against the whole step (forward, backward, update)
+held a non-zero; weight decay 0, training's default), set against the whole step (forward, backward, update)
 of a length-grouped batch of the task's real lengths.
 
     python -m bench.optimizer_rows [--model minilm|bert-base] [--task mrpc] [--batch 16]
@@ -16,6 +16,7 @@ over its updates), so its saving can be read off this table.
 from __future__ import annotations
 
 import argparse
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -23,20 +24,22 @@ from pathlib import Path
 import torch
 
 from bench import encoder_bench, train_bench
-from bench.zero_estimate import median_ms
 from workflow.scripts.data.batching import packed_from_padded
 from workflow.scripts.train import master, master_kernel
 
 SHARES = (1.0, 0.4, 0.1, 0.02)
 
 
-def update_ms(model, share: float | None, rounds: int) -> float:
-    """One bf16_master one-pass update of `model`'s trainable parameters;
-    the embedding tables' gradients non-zero in `share` of their rows (the
-    same rows every step), updated in full when share is None."""
-    params = [p for p in model.parameters() if p.requires_grad]
-    tables = [m.weight for m in model.modules() if isinstance(m, torch.nn.Embedding)]
-    optimizer = master.MasterAdamW([{"params": params}], lr=1e-5, fused=True, one_pass=True,
+def stepper(model, share: float | None):
+    """One bf16_master one-pass update of a copy of `model`'s trainable
+    parameters, as a function; the embedding tables' gradients non-zero in
+    `share` of their rows (the same rows every step), updated in full when
+    share is None."""
+    table_ids = {id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Embedding)}
+    originals = [p for p in model.parameters() if p.requires_grad]
+    params = [torch.nn.Parameter(p.detach().clone()) for p in originals]
+    tables = [q for p, q in zip(originals, params) if id(p) in table_ids]
+    optimizer = master.MasterAdamW([{"params": params, "weight_decay": 0.0}], lr=1e-5, fused=True, one_pass=True,
                                    row_sparse=tables if share is not None else ())
     generator = torch.Generator().manual_seed(0)
     for p in params:
@@ -46,7 +49,20 @@ def update_ms(model, share: float | None, rounds: int) -> float:
         grad = torch.zeros_like(table)
         grad[rows] = table.grad[rows]
         table.grad = grad
-    return median_ms(optimizer.step, rounds)
+    optimizer.step()  # the state made, the rows marked
+    return optimizer.step
+
+
+def interleaved_ms(steps: dict, rounds: int) -> dict:
+    """Median ms of each step, the steps taken in turn each round, so that a
+    slower minute of a shared VM touches them all."""
+    times = {name: [] for name in steps}
+    for _ in range(rounds):
+        for name, step in steps.items():
+            start = time.perf_counter()
+            step()
+            times[name].append(time.perf_counter() - start)
+    return {name: 1000 * statistics.median(t) for name, t in times.items()}
 
 
 def main(argv=None) -> None:
@@ -58,7 +74,7 @@ def main(argv=None) -> None:
     parser.add_argument("--model", choices=("bert-base", "minilm"), default="minilm")
     parser.add_argument("--task", default="mrpc")
     parser.add_argument("--batch", type=int, default=16, help="a rank's rows: 16 of a global 32 at 2 x 1")
-    parser.add_argument("--rounds", type=int, default=9)
+    parser.add_argument("--rounds", type=int, default=15)
     args = parser.parse_args(argv)
     if master_kernel.load()[0] is None:
         raise SystemExit(f"the one-pass kernel did not build: {master_kernel.load()[1]}")
@@ -75,15 +91,14 @@ def main(argv=None) -> None:
     step_ms = encoder_bench.step_ms(model, batches, clock=time.perf_counter)  # forward and backward
     tables = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Embedding))
     params = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    full = update_ms(model, None, args.rounds)
+    ms = interleaved_ms({share: stepper(model, share) for share in (None, *SHARES)}, args.rounds)
+    full, step = ms[None], step_ms + ms[None]
     print(f"params {params / 1e6:.1f} M, of them embedding tables {tables / 1e6:.1f} M; forward+backward "
-          f"{step_ms:.1f} ms; update, tables in full: {full:.1f} ms ({100 * full / (step_ms + full):.1f}% of the step)")
+          f"{step_ms:.1f} ms; update, tables in full: {full:.1f} ms ({100 * full / step:.1f}% of the step)")
     for share in SHARES:
-        ms = update_ms(model, share, args.rounds)
-        saved, step = full - ms, step_ms + full
-        print(f"  active rows {100 * share:5.1f}%: update {ms:6.1f} ms; saved {saved:5.1f} ms = "
+        saved = full - ms[share]
+        print(f"  active rows {100 * share:5.1f}%: update {ms[share]:6.1f} ms; saved {saved:5.1f} ms = "
               f"{100 * saved / step:4.1f}% of the step (x{step / (step - saved):.3f} samples/s)")
-
 
 if __name__ == "__main__":
     main()

@@ -57,7 +57,8 @@ def to_bf16_encoder(model) -> list[str]:
 def step_parts(model, precision: str, lr: float = 1e-5):
     """(optimizer, autocast factory) of a one-group step at `precision`, as a
     rank takes it (for the plan's profile and the bench's): under
-    bf16_master the model becomes a bf16 encoder with fp32 masters."""
+    bf16_master the model becomes a bf16 encoder with fp32 masters; weight
+    decay 0, train.weight_decay's default."""
     from workflow.scripts.common.modeling import autocast_for
 
     if precision == "bf16_master":  # with the one-pass update where its kernel builds, as training takes it
@@ -67,9 +68,9 @@ def step_parts(model, precision: str, lr: float = 1e-5):
         one_pass = master_kernel.load()[0] is not None
         trainable = [p for p in model.parameters() if p.requires_grad]  # train.lora: the adapters and the head
         tables = [m.weight for m in model.modules() if isinstance(m, torch.nn.Embedding)]
-        return (MasterAdamW([{"params": trainable}], lr=lr, fused=True, one_pass=one_pass, row_sparse=tables),
-                autocast_for("fp32"))
-    return torch.optim.AdamW(model.parameters(), lr=lr, fused=True), autocast_for(precision)
+        return (MasterAdamW([{"params": trainable, "weight_decay": 0.0}], lr=lr, fused=True, one_pass=one_pass,
+                            row_sparse=tables), autocast_for("fp32"))
+    return torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0, fused=True), autocast_for(precision)
 
 
 def _widen_inputs(module, args):
