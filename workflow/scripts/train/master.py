@@ -67,10 +67,16 @@ def step_parts(model, precision: str, lr: float = 1e-5):
         to_bf16_encoder(model)
         one_pass = master_kernel.load()[0] is not None
         trainable = [p for p in model.parameters() if p.requires_grad]  # train.lora: the adapters and the head
-        tables = [m.weight for m in model.modules() if isinstance(m, torch.nn.Embedding)]
         return (MasterAdamW([{"params": trainable, "weight_decay": 0.0}], lr=lr, fused=True, one_pass=one_pass,
-                            row_sparse=tables), autocast_for("fp32"))
+                            row_sparse=embedding_tables(model)), autocast_for("fp32"))
     return torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0, fused=True), autocast_for(precision)
+
+
+def embedding_tables(model) -> list[torch.nn.Parameter]:
+    """The trainable weights of the model's embedding modules (word,
+    position, token type): a step's gradient is non-zero only in the rows
+    its tokens use (MasterAdamW's row_sparse)."""
+    return [m.weight for m in model.modules() if isinstance(m, torch.nn.Embedding) and m.weight.requires_grad]
 
 
 def _widen_inputs(module, args):

@@ -170,9 +170,7 @@ def float_step(grad: torch.Tensor, master: torch.Tensor, exp_avg: torch.Tensor, 
 
 def _chunks(tensors: tuple) -> list[tuple[list[int], int]]:
     """(pointers, count) per CHUNK elements of equally long tensors."""
-    n = tensors[0].numel()
-    bases = [(t.data_ptr(), t.element_size()) for t in tensors]
-    return [([base + start * size for base, size in bases], min(CHUNK, n - start)) for start in range(0, n, CHUNK)]
+    return [(pointers, count) for _, pointers, count in _row_chunks(tensors, tensors[0].numel(), 1)]
 
 
 def _row_chunks(tensors: tuple, rows: int, width: int) -> list[tuple[int, list[int], int]]:

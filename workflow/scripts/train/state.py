@@ -157,12 +157,6 @@ def undecayed_names(model) -> set[str]:
             if name == "bias" or isinstance(module, norms) or "norm" in type(module).__name__.lower()}
 
 
-def embedding_tables(model) -> list[torch.nn.Parameter]:
-    """The weights of the model's embedding modules (word, position, token
-    type): a step's gradient is non-zero only in the rows its tokens use."""
-    return [m.weight for m in model.modules() if isinstance(m, torch.nn.Embedding) and m.weight.requires_grad]
-
-
 def one_pass_choice(parts: speed.Parts | None, decisions: RunDecisions | None) -> tuple[bool, str | None]:
     """Whether bf16_master's optimizer takes the one-pass step (train.speed
     optimizer one_pass), and why (None: the levers line says it all). Only
@@ -197,7 +191,7 @@ def make_optimizer(model, train: TrainSettings, total_steps: int, decisions: Run
     # faster than foreach (about 20% of a MiniLM step on one thread).
     kind = MasterAdamW if decisions and decisions.precision == "bf16_master" else torch.optim.AdamW
     # The embedding tables: the one-pass update skips their rows that cannot change.
-    extra = {"one_pass": True, "row_sparse": embedding_tables(model)} if one_pass else {}
+    extra = {"one_pass": True, "row_sparse": master.embedding_tables(model)} if one_pass else {}
     optimizer = kind(groups, lr=train.learning_rate, betas=(train.adam_beta1, train.adam_beta2),
                      eps=train.adam_epsilon, fused=True, **extra)
     if decisions and decisions.ipex:  # before the scheduler, which wraps optimizer.step
