@@ -17,14 +17,12 @@ from __future__ import annotations
 import math
 import time
 
-import datasets
 import torch.distributed as dist
 
 from workflow.scripts.common import tasks
 from workflow.scripts.common.errors import UserError
 from workflow.scripts.common.modeling import accepted_columns
 from workflow.scripts.data.batching import PAD_KEYS
-from workflow.scripts.data.scoring import score
 from workflow.scripts.settings.views import BestModel, TrainView
 from workflow.scripts.train import fault_point, tracking
 
@@ -97,6 +95,11 @@ class Evaluator:
                 raise UserError("train.best_model and train.early_stopping need evaluation during training: "
                                 "set evaluation.every (epoch or a number of steps)")
             return
+        # Imported here: datasets (with pandas) costs a rank about 2 CPU-seconds to
+        # import, which only a run that evaluates during training needs to pay.
+        import datasets
+
+        datasets.disable_progress_bars()
         self.data = datasets.load_from_disk(data_dir)
         self.task = tasks.for_data(cfg.task, self.data["train"].features, cfg.evaluation.metric)
         self.metric, self.mode = choose(self.task, cfg.train.best_model)
@@ -129,6 +132,7 @@ class Evaluator:
 
     def scores(self, t) -> dict:
         """Rank 0: the task's metrics of the model as it is now."""
+        from workflow.scripts.data.scoring import score  # it imports datasets: see __init__
         t.model.eval()
         try:
             metrics, _, _, _ = score(self.task, t.model, self.validation(t.model), self.raw_dir, self.settings,

@@ -23,7 +23,6 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
-import datasets
 import psutil
 import torch
 import torch.distributed as dist
@@ -46,7 +45,6 @@ from workflow.scripts.train.checkpoint import Checkpointer
 from workflow.scripts.train.evaluation import Evaluator
 from workflow.scripts.train.state import Progress, TrainingState, build
 
-datasets.disable_progress_bars()
 transformers.utils.logging.disable_progress_bar()
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
-import datasets
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
@@ -19,6 +18,7 @@ from workflow.scripts.common.errors import UserError
 from workflow.scripts.common.modeling import accepted_columns, autocast_for, load_model, load_tokenizer, takes_packed
 from workflow.scripts.settings.views import TrainSettings, TrainView
 from workflow.scripts.launch.ranks import DistEnv
+from workflow.scripts.data.arrow_split import ArrowSplit
 from workflow.scripts.data.batching import DistributedLengthGroupedSampler, packed_collate, pad_collate
 from workflow.scripts.train import lora, master, master_kernel, model_code, schedule, speed
 from workflow.scripts.train.master import MasterAdamW
@@ -128,11 +128,11 @@ def accumulation_for(train: TrainSettings, planned_world: int, world: int) -> in
     return global_batch // (train.batch_size * world)
 
 
-def make_loader(split, train: TrainSettings, env: DistEnv, pad_id: int, planned_world: int,
+def make_loader(split: ArrowSplit, train: TrainSettings, env: DistEnv, pad_id: int, planned_world: int,
                 multi_label_width: int | None = None, packed: bool = False):
     """This rank's batches: padded for a transformers model, packed real
     tokens for cpuddp's encoder (`packed`; data/batching.py)."""
-    lengths = [len(ids) for ids in split["input_ids"]]
+    lengths = split.lengths()
     if not lengths:
         raise UserError("the training split is empty; check data.train")
     accumulation = accumulation_for(train, planned_world, env.world_size)
@@ -142,7 +142,7 @@ def make_loader(split, train: TrainSettings, env: DistEnv, pad_id: int, planned_
     # from torch's global RNG that draw would shift the dropout masks of a
     # run resumed mid-epoch against an uninterrupted one.
     loader = torch.utils.data.DataLoader(
-        split.with_format(None), batch_sampler=sampler,
+        split, batch_sampler=sampler,
         collate_fn=packed_collate(multi_label_width) if packed else pad_collate(pad_id, multi_label_width),
         generator=torch.Generator().manual_seed(train.seed))
     return loader, sampler
@@ -206,7 +206,7 @@ def total_steps(train: TrainSettings, steps_per_epoch: int) -> int:
 
 
 def build(cfg: TrainView, decisions: RunDecisions, data_dir: str, env: DistEnv, log) -> tuple[TrainingState, object]:
-    split = datasets.load_from_disk(data_dir)["train"]
+    split = ArrowSplit.load(data_dir, "train")
     task = tasks.for_data(cfg.task, split.features)
     train_cfg = cfg.train
     torch.manual_seed(train_cfg.seed)  # identical init; DDP broadcasts rank 0's anyway
