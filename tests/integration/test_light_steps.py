@@ -2,9 +2,9 @@
 transformers (about 5-9 s a process on a 2-core VM, paid by every job of
 every run): the launcher, the node check, the deploy step, the quantize
 step up to its decision (auto on a CPU without VNNI or AMX stops there)
-and the report. A rank imports neither datasets nor pandas (2 s a rank:
-it reads its split with pyarrow, data/arrow_split.py) unless it evaluates
-during training. Scoring (every evaluating process, ranks included) imports
+and the report. A rank and the evaluate step import neither datasets nor
+pandas (2 s a process: they read saved splits with pyarrow,
+data/arrow_split.py). Scoring (every evaluating process, ranks included) imports
 neither scikit-learn nor scipy (2-4 s a process)."""
 
 from __future__ import annotations
@@ -39,9 +39,9 @@ def test_scoring_imports_neither_scikit_learn_nor_scipy():
     assert done.stdout.strip() == "", f"scoring imports {done.stdout.strip()}"
 
 
-def test_a_rank_imports_neither_datasets_nor_pandas():
-    probe = ("import sys, workflow.scripts.train.rank; "
-             "print(' '.join(m for m in ('datasets', 'pandas') if m in sys.modules))")
+@pytest.mark.parametrize("module", ("workflow.scripts.train.rank", "workflow.scripts.infer.evaluate"))
+def test_a_reader_of_saved_splits_imports_neither_datasets_nor_pandas(module):
+    probe = f"import sys, {module}; print(' '.join(m for m in ('datasets', 'pandas') if m in sys.modules))"
     done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.strip() == "", f"a rank imports {done.stdout.strip()} at start-up"
+    assert done.stdout.strip() == "", f"{module} imports {done.stdout.strip()} at start-up"

@@ -1,11 +1,12 @@
-"""A tokenized split read straight from the Arrow files that datasets'
-save_to_disk wrote (data/tokenize.py), for the training ranks.
+"""A saved split read straight from the Arrow files that datasets'
+save_to_disk wrote (data/load.py, data/tokenize.py), for the training ranks
+and for scoring (evaluation during training, evaluate_fp32).
 
-A rank needs of its split only the rows, the columns, the token lengths and
-the label names. Importing datasets for that (it imports pandas) costs each
-rank about 2 CPU-seconds at start-up, a third of it, and every rank of every
-try pays it. The files are memory-mapped, as datasets does, so the ranks of
-a node share one copy in the page cache.
+They need of a split only its rows, columns, token lengths and label names.
+Importing datasets for that (it imports pandas) costs a process about 2
+CPU-seconds at start-up, a third of a rank's, and every rank of every try
+pays it. The files are memory-mapped, as datasets does, so the ranks of a
+node share one copy in the page cache.
 """
 
 from __future__ import annotations
@@ -54,13 +55,30 @@ class ArrowSplit:
     def __getitems__(self, indices: list[int]) -> list[dict]:
         return self.table.take(indices).to_pylist()
 
+    def __iter__(self):
+        for batch in self.table.to_batches(max_chunksize=1024):
+            yield from batch.to_pylist()
+
     def lengths(self, column: str = "input_ids") -> list[int]:
         """Each row's token count, without building its tokens as Python lists."""
         return pc.list_value_length(self.table.column(column)).to_pylist()
 
+    def select(self, indices) -> ArrowSplit:
+        """These rows, in this order."""
+        return ArrowSplit(self.table.take(list(indices)), self.features)
+
     def select_columns(self, names) -> ArrowSplit:
         names = list(names)
         return ArrowSplit(self.table.select(names), {k: v for k, v in self.features.items() if k in names})
+
+
+def load_splits(data_dir: str | Path) -> dict[str, ArrowSplit]:
+    """Every split of a saved DatasetDict, by name."""
+    try:
+        names = json.loads((Path(data_dir) / "dataset_dict.json").read_text())["splits"]
+    except FileNotFoundError:
+        raise FileNotFoundError(f"no saved splits in {data_dir}: run the step that writes it again") from None
+    return {name: ArrowSplit.load(data_dir, name) for name in names}
 
 
 def _read(path: Path) -> pa.Table:

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import time
 
-import datasets
 import numpy as np
 import torch
 
 from workflow.scripts.common import tasks
 from workflow.scripts.data import metrics, qa
+from workflow.scripts.data.arrow_split import ArrowSplit
 from workflow.scripts.settings.views import EvaluationSettings
 from workflow.scripts.common.modeling import takes_packed
 from workflow.scripts.data.batching import PAD_KEYS, multi_hot, packed_collate, pad_collate
@@ -91,7 +91,7 @@ def score(task: tasks.Task, model, tokenized, raw_dir, settings: EvaluationSetti
     result, samples, seconds, predictions = {}, 0, 0.0, None
     for i, split in enumerate(task.validation_splits):
         if task.is_qa:
-            examples = datasets.load_from_disk(str(raw_dir))[split]
+            examples = ArrowSplit.load(raw_dir, split)
             part, n, s, predictions = _question_answering(task, model, tokenized[split], examples,
                                                           settings.batch_size, pad_id, autocast, settings)
         else:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import sys
 
-import datasets
 from transformers import AutoTokenizer
 
 from workflow.scripts.common import tasks
@@ -25,6 +24,7 @@ from workflow.scripts.common.atomic import atomic_dir, write_json
 from workflow.scripts.settings.views import ConvertView
 from workflow.scripts.infer import artifacts, stacks
 from workflow.scripts.infer.runtime import load_for_eval, model_inputs
+from workflow.scripts.data.arrow_split import ArrowSplit
 from workflow.scripts.data.batching import pad_collate
 
 META_FILE = "convert.json"
@@ -35,7 +35,7 @@ def convert(model_dir, tokenized_dir, out_dir, task_name: str) -> dict:
     task = tasks.for_data(task_name)  # the model folder holds its own labels
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = load_for_eval(str(model_dir), task)
-    train = datasets.load_from_disk(str(tokenized_dir))["train"]
+    train = ArrowSplit.load(tokenized_dir, "train")
     example = pad_collate(tokenizer.pad_token_id)([model_inputs(train)[0]])
     outputs = artifacts.output_names(task)
     try:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import datasets
 import torch
 from transformers import AutoTokenizer
 
@@ -19,6 +18,7 @@ from workflow.scripts.settings import step
 
 from workflow.scripts.probes import hardware
 from workflow.scripts.common.atomic import write_json
+from workflow.scripts.data.arrow_split import load_splits
 from workflow.scripts.settings.views import EvaluateView
 from workflow.scripts.infer.runtime import latency_ms, load_eager, score
 
@@ -26,7 +26,7 @@ from workflow.scripts.infer.runtime import latency_ms, load_eager, score
 def evaluate(config: EvaluateView, model_dir: str, tokenized_dir: str, raw_dir: str, precision: str,
              ipex: bool = False):
     """Metrics of every validation split, samples per second overall and batch-1 latency."""
-    tokenized = datasets.load_from_disk(tokenized_dir)
+    tokenized = load_splits(tokenized_dir)
     task = tasks.for_data(config.task, next(iter(tokenized.values())).features, config.evaluation.metric)
     cpu = hardware.cpu_summary()
     torch.set_num_threads(hardware.usable_cores(cpu))

@@ -10,7 +10,6 @@ import contextlib
 import time
 from pathlib import Path
 
-import datasets
 import numpy as np
 import torch
 from transformers import AutoTokenizer
@@ -22,6 +21,7 @@ from workflow.scripts.common.atomic import atomic_dir, write_json
 from workflow.scripts.common.errors import UserError
 from workflow.scripts.infer import artifacts, stacks
 from workflow.scripts.infer.runtime import forward_all, load_for_eval
+from workflow.scripts.data.arrow_split import load_splits
 from workflow.scripts.data.batching import PAD_KEYS, pad_collate
 
 STACK_PACKAGES = {"openvino": ("openvino", "nncf"), "ipex": (intel.IPEX_PACKAGE,)}
@@ -102,7 +102,7 @@ def quantize(model_dir, tokenized_dir, out_dir, task_name: str, calibration_samp
     torch.set_num_threads(threads)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = load_for_eval(str(model_dir), task)
-    tokenized = datasets.load_from_disk(str(tokenized_dir))
+    tokenized = load_splits(tokenized_dir)
     rows = calibration_rows(tokenized["train"], calibration_samples)
     calibration = calibration_batches(rows, tokenizer.pad_token_id)
     outputs, inputs = artifacts.output_names(task), tuple(calibration[0])

@@ -13,7 +13,6 @@ from __future__ import annotations
 import sys
 import time
 
-import datasets
 import numpy as np
 import torch
 import transformers
@@ -30,7 +29,6 @@ from workflow.scripts.data.scoring import MODEL_INPUTS, batches, forward_all, mo
 __all__ = ["MODEL_INPUTS", "batches", "forward_all", "model_inputs", "score", "load_for_eval", "load_eager",
            "latency_ms", "LATENCY_ROWS", "LATENCY_WARMUP"]
 
-datasets.disable_progress_bars()
 transformers.utils.logging.disable_progress_bar()
 LATENCY_ROWS = 200  # batch-1 latency: the first rows of the first validation split
 LATENCY_WARMUP = 5

@@ -18,7 +18,6 @@ import contextlib
 import sys
 from pathlib import Path
 
-import datasets
 import torch
 from transformers import AutoTokenizer
 
@@ -29,6 +28,7 @@ from workflow.scripts.settings import step
 from workflow.scripts.probes import hardware
 from workflow.scripts.common.atomic import read_json, write_json
 from workflow.scripts.settings.views import QuantizationSettings, RuntimesView
+from workflow.scripts.data.arrow_split import load_splits
 from workflow.scripts.infer import artifacts, convert, gate, policy, runtime, speed, stacks
 from workflow.scripts.infer.shapes import SHAPE_MODES, bucket_lengths
 
@@ -168,7 +168,7 @@ def evaluate_runtimes(args, config: RuntimesView, decisions) -> dict:
     cpu = hardware.cpu_summary()
     torch.set_num_threads(hardware.usable_cores(cpu))
     pad_id = AutoTokenizer.from_pretrained(args.model).pad_token_id
-    tokenized = datasets.load_from_disk(args.data)
+    tokenized = load_splits(args.data)
     task = tasks.for_data(config.task, next(iter(tokenized.values())).features, settings.metric)
     buckets = bucket_lengths(longest_row(tokenized, task))
     models, variants = load_models(args, task, decisions, pad_id, buckets)

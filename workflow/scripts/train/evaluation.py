@@ -22,7 +22,9 @@ import torch.distributed as dist
 from workflow.scripts.common import tasks
 from workflow.scripts.common.errors import UserError
 from workflow.scripts.common.modeling import accepted_columns
+from workflow.scripts.data.arrow_split import load_splits
 from workflow.scripts.data.batching import PAD_KEYS
+from workflow.scripts.data.scoring import score
 from workflow.scripts.settings.views import BestModel, TrainView
 from workflow.scripts.train import fault_point, tracking
 
@@ -95,12 +97,7 @@ class Evaluator:
                 raise UserError("train.best_model and train.early_stopping need evaluation during training: "
                                 "set evaluation.every (epoch or a number of steps)")
             return
-        # Imported here: datasets (with pandas) costs a rank about 2 CPU-seconds to
-        # import, which only a run that evaluates during training needs to pay.
-        import datasets
-
-        datasets.disable_progress_bars()
-        self.data = datasets.load_from_disk(data_dir)
+        self.data = load_splits(data_dir)
         self.task = tasks.for_data(cfg.task, self.data["train"].features, cfg.evaluation.metric)
         self.metric, self.mode = choose(self.task, cfg.train.best_model)
         if self.task.is_qa and not raw_dir:
@@ -127,12 +124,11 @@ class Evaluator:
     def validation(self, model) -> dict:
         """The validation splits, with only the inputs the model's forward takes."""
         drop = [c for c in PAD_KEYS if c not in accepted_columns(model, PAD_KEYS)]
-        return {s: self.data[s].remove_columns([c for c in drop if c in self.data[s].column_names])
+        return {s: self.data[s].select_columns([c for c in self.data[s].column_names if c not in drop])
                 for s in self.task.validation_splits}
 
     def scores(self, t) -> dict:
         """Rank 0: the task's metrics of the model as it is now."""
-        from workflow.scripts.data.scoring import score  # it imports datasets: see __init__
         t.model.eval()
         try:
             metrics, _, _, _ = score(self.task, t.model, self.validation(t.model), self.raw_dir, self.settings,
