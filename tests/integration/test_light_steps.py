@@ -21,27 +21,28 @@ LIGHT_STEPS = ("workflow.scripts.launch", "workflow.scripts.nodes.check", "workf
                "workflow.scripts.infer.quantize", "workflow.scripts.report.summary", "workflow.scripts.report.render")
 
 
-@pytest.mark.parametrize("module", LIGHT_STEPS)
-def test_a_light_step_imports_no_heavy_package(module):
-    probe = (f"import sys, {module}; "
-             f"print(' '.join(m for m in {HEAVY!r} if m in sys.modules))")
+def imported(code: str, packages) -> str:
+    """Which of `packages` a fresh interpreter holds after running `code`."""
+    probe = f"import sys; {code}; print(' '.join(m for m in {tuple(packages)!r} if m in sys.modules))"
     done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.strip() == "", f"{module} imports {done.stdout.strip()} at start-up"
+    return done.stdout.strip()
+
+
+@pytest.mark.parametrize("module", LIGHT_STEPS)
+def test_a_light_step_imports_no_heavy_package(module):
+    found = imported(f"import {module}", HEAVY)
+    assert found == "", f"{module} imports {found} at start-up"
 
 
 def test_scoring_imports_neither_scikit_learn_nor_scipy():
-    probe = ("import sys; from workflow.scripts.data.metrics import glue_metrics; "
-             "[glue_metrics(t, p, p) for t, p in (('mrpc', [0, 1]), ('cola', [0, 1]), ('stsb', [0.5, 1.0]))]; "
-             "print(' '.join(m for m in ('sklearn', 'scipy') if m in sys.modules))")
-    done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.strip() == "", f"scoring imports {done.stdout.strip()}"
+    found = imported("from workflow.scripts.data.metrics import glue_metrics; "
+                     "[glue_metrics(t, p, p) for t, p in (('mrpc', [0, 1]), ('cola', [0, 1]), ('stsb', [0.5, 1.0]))]",
+                     ("sklearn", "scipy"))
+    assert found == "", f"scoring imports {found}"
 
 
 @pytest.mark.parametrize("module", ("workflow.scripts.train.rank", "workflow.scripts.infer.evaluate"))
 def test_a_reader_of_saved_splits_imports_neither_datasets_nor_pandas(module):
-    probe = f"import sys, {module}; print(' '.join(m for m in ('datasets', 'pandas') if m in sys.modules))"
-    done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.strip() == "", f"{module} imports {done.stdout.strip()} at start-up"
+    found = imported(f"import {module}", ("datasets", "pandas"))
+    assert found == "", f"{module} imports {found} at start-up"

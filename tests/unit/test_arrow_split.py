@@ -51,9 +51,8 @@ def test_the_same_split_as_datasets_gives(tmp_path, labels, feature, shards):
 
 def test_a_missing_split_names_its_step(tmp_path):
     folder = saved(tmp_path, [0, 1, 1, 0], datasets.ClassLabel(names=["no", "yes"]))
-    with pytest.raises(FileNotFoundError, match="no split 'test' saved in .*tokenize step"):
+    with pytest.raises(FileNotFoundError, match="no split 'test' saved in .*: run the step that writes it again"):
         ArrowSplit.load(folder, "test")
-
 
 
 def test_squad_rows_keep_their_nesting(tmp_path):

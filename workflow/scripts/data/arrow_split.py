@@ -1,6 +1,7 @@
 """A saved split read straight from the Arrow files that datasets'
-save_to_disk wrote (data/load.py, data/tokenize.py), for the training ranks
-and for scoring (evaluation during training, evaluate_fp32).
+save_to_disk wrote (data/load.py, data/tokenize.py), for every step that
+only reads one: the training ranks, scoring (evaluation during training,
+evaluate_fp32) and the infer steps (convert, int8, runtimes).
 
 They need of a split only its rows, columns, token lengths and label names.
 Importing datasets for that (it imports pandas) costs a process about 2
@@ -35,7 +36,8 @@ class ArrowSplit:
             state = json.loads((folder / "state.json").read_text())
             info = json.loads((folder / "dataset_info.json").read_text())
         except FileNotFoundError:
-            raise FileNotFoundError(f"no split {split!r} saved in {data_dir}: run its tokenize step again") from None
+            raise FileNotFoundError(f"no split {split!r} saved in {data_dir}: "
+                                    "run the step that writes it again") from None
         tables = [_read(folder / f["filename"]) for f in state["_data_files"]]
         table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
         return cls(table, {name: _feature(spec) for name, spec in info.get("features", {}).items()})
