@@ -10,7 +10,7 @@ import torch
 
 from helpers.tiny_family import tiny_hf
 from workflow.scripts.train import dropout_kernel, encoder, master_kernel
-from workflow.scripts.train.dropout_kernel import KernelDropout, draw_seed, dropped, keep_scale
+from workflow.scripts.train.dropout_kernel import KernelDropout
 
 
 @pytest.fixture(autouse=True)
@@ -84,70 +84,3 @@ def test_without_a_compiler_a_reason_and_torchs_dropout(monkeypatch, tmp_path):
     monkeypatch.setattr(dropout_kernel, "load", lambda: (None, why))
     model, _ = encoder.build(tiny_hf("Bert", "classification"), "classification", hash_dropout=True)
     assert model.encoder.kernel is None and model.choices["dropout"] == f"torch: {why}"
-
-
-class SoftmaxDropout(torch.autograd.Function):
-    """The kernel's dropout(softmax(scores x scaling + mask)) under autograd, as the encoder's attention calls it."""
-
-    @staticmethod
-    def forward(ctx, scores, mask, scaling: float, p: float, kernel):
-        ctx.args = (scaling, draw_seed() if p > 0 else 0, dropped(p), keep_scale(p))
-        out, probs = kernel.softmax_dropout(scores, mask, *ctx.args)
-        ctx.kernel = kernel
-        ctx.save_for_backward(probs)
-        return out
-
-    @staticmethod
-    def backward(ctx, grad):
-        (probs,) = ctx.saved_tensors
-        return ctx.kernel.softmax_dropout_backward(grad, probs, *ctx.args), None, None, None, None
-
-
-def mask_rows(mask: torch.Tensor) -> torch.Tensor:
-    """An additive [batch, 1, queries or 1, keys] mask as the kernel reads it: fp32 [batch, queries or 1, keys]."""
-    return mask.float().squeeze(1)
-
-
-def attention_inputs(queries_in_mask: int):
-    torch.manual_seed(0)
-    scores = (torch.randn(3, 4, 7, 37) * 3).bfloat16()
-    mask = torch.zeros(3, 1, queries_in_mask, 37)
-    mask[0, ..., 30:] = torch.finfo(torch.float32).min  # padding, as transformers masks it
-    mask[2, ..., 5:] = torch.finfo(torch.bfloat16).min
-    return scores, mask.bfloat16()
-
-
-@pytest.mark.parametrize("queries_in_mask", [7, 1])
-def test_fused_attention_softmax_is_fp32_softmax_rounded_once_forward_and_backward(kernel, queries_in_mask):
-    scores, mask = attention_inputs(queries_in_mask)
-    ours, theirs = scores.clone().requires_grad_(), scores.float().requires_grad_()
-    out = SoftmaxDropout.apply(ours, mask_rows(mask), 0.125, 0.0, kernel)
-    want = torch.softmax(torch.add(mask.float(), theirs, alpha=0.125), -1)
-    assert out.dtype == torch.bfloat16 and (out.float() - want).abs().max() < 2e-3  # bf16 rounding of p <= 1
-    assert (out == want.bfloat16()).float().mean() > 0.999  # exp within 2 ulp: a rare tie rounds the other way
-    grad = torch.randn(scores.shape).bfloat16()
-    out.backward(grad)
-    want.backward(grad.float())
-    assert (ours.grad.float() - theirs.grad).abs().max() < 2e-2 * theirs.grad.abs().max()
-
-
-def test_fused_attention_dropout_keeps_the_scaled_probabilities_and_the_same_mask_backward(kernel):
-    scores, mask = attention_inputs(7)
-    rows = mask_rows(mask)
-    probs = SoftmaxDropout.apply(scores, rows, 0.125, 0.0, kernel)
-    ours = scores.clone().requires_grad_()
-    out = SoftmaxDropout.apply(ours, rows, 0.125, 0.5, kernel)
-    kept = out != 0
-    scale = dropout_kernel.keep_scale(0.5)
-    error = (out[kept].float() - probs[kept].float() * scale).abs() / out[kept].float().abs()
-    assert error.max() <= 2 ** -7  # both rounded once from the same fp32 probability
-    live = probs != 0
-    assert 0.45 < (kept & live).sum() / live.sum() < 0.55
-    # backward: the gradient of the dropped probabilities is zero, so the
-    # scores' gradient is -y * sum(dy * y) there: recompute it from the mask
-    grad = torch.randn(scores.shape).bfloat16()
-    out.backward(grad)
-    y = probs.float()
-    dy = torch.where(kept, grad.float() * scale, 0.0)
-    want = y * (dy - (dy * y).sum(-1, keepdim=True)) * 0.125
-    assert (ours.grad.float() - want).abs().max() < 1e-2 * want.abs().max()

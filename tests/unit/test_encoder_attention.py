@@ -1,9 +1,9 @@
 """Attention on packed tokens (workflow/scripts/train/encoder/attention.py):
-the hash kernel's one-node attention (bf16: scale, softmax and dropout in
-one pass, the mask recomputed in backward) gives what autograd gives on
-the same arithmetic in fp32 with the same masks, for every token's queries
-and for first tokens alone; each group of equally long sequences draws
-other masks."""
+the kernel's attention (bf16: every sequence and head of a layer in one C
+call, scale, softmax and dropout in the same pass, the mask recomputed in
+backward) gives what autograd gives on the same arithmetic in fp32 with
+the same masks, for every token's queries and for first tokens alone, on
+one thread or two."""
 
 from __future__ import annotations
 
@@ -26,13 +26,21 @@ def kernel(hash_dropout_kernel):
 
 
 def reference(q, k, v, packed, p, seed, first_token):
-    """The same attention by autograd in fp32, the kernel's masks from their definition."""
-    out = []
-    for g, (_, _, qg, kg, vg) in enumerate(attention._views(q, k, v, packed, first_token, HEADS)):
-        probs = torch.softmax(torch.matmul(qg, kg.transpose(-1, -2)) * SIZE ** -0.5, dim=-1)
-        keep = dropout_kernel.keep_reference(probs.numel(), attention._group_seed(seed, g),
-                                             dropout_kernel.dropped(p)).view(probs.shape)
-        out.append(attention._merge(torch.matmul(probs * keep * dropout_kernel.keep_scale(p), vg)))
+    """The same attention by autograd in fp32, sequence by sequence, the kernel's masks from
+    their definition: element e of the flat probs ([heads, queries, keys] per sequence) kept by hash(seed, e)."""
+    total = sum(HEADS * (1 if first_token else n) * n for n in packed.lengths)
+    keep = dropout_kernel.keep_reference(total, seed, dropout_kernel.dropped(p))
+    out, at = [], 0
+    for s, n in enumerate(packed.lengths):
+        start = packed.offsets[s]
+        rows = q[s:s + 1] if first_token else q[start:start + n]
+        qs, ks, vs = (t.view(t.shape[0], HEADS, SIZE).transpose(0, 1) for t in (rows, k[start:start + n],
+                                                                            v[start:start + n]))
+        probs = torch.softmax(torch.matmul(qs, ks.transpose(-1, -2)) * SIZE ** -0.5, dim=-1)
+        mask = keep[at:at + probs.numel()].view(probs.shape)
+        at += probs.numel()
+        context = torch.matmul(probs * mask * dropout_kernel.keep_scale(p), vs)
+        out.append(context.transpose(0, 1).reshape(rows.shape[0], HEADS * SIZE))
     return torch.cat(out)
 
 
@@ -57,6 +65,31 @@ def test_the_kernels_attention_is_autograds_with_the_same_masks(kernel, monkeypa
         assert (got.grad.float() - expected.grad).norm() <= 0.03 * expected.grad.norm()
 
 
-def test_groups_draw_other_masks():
-    seeds = {attention._group_seed(42, g) for g in range(100)}
-    assert len(seeds) == 100 and 42 not in seeds
+@pytest.mark.parametrize("first_token", [False, True])
+def test_the_same_bits_on_one_thread_or_two(kernel, monkeypatch, first_token):
+    """Two threads cut the sequences into two calls; every mask and sum is per element, so nothing changes."""
+    packed = from_offsets([0, *torch.tensor(LENGTHS).cumsum(0).tolist()])
+    torch.manual_seed(1)
+    k, v = (torch.randn(packed.tokens, HEADS * SIZE, dtype=torch.bfloat16) for _ in range(2))
+    q = torch.randn(packed.batch if first_token else packed.tokens, HEADS * SIZE, dtype=torch.bfloat16)
+    monkeypatch.setattr(attention, "draw_seed", lambda: 7)
+    results, threads = [], torch.get_num_threads()
+    try:
+        for count in (1, 2):
+            torch.set_num_threads(count)
+            leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+            out = attention.attention(*leaves, from_offsets(packed.offsets), HEADS, SIZE ** -0.5, 0.25,
+                                      first_token, kernel)
+            out.float().square().sum().backward()
+            results.append([out, *(t.grad for t in leaves)])
+    finally:
+        torch.set_num_threads(threads)
+    assert len(attention.layout(from_offsets(packed.offsets), first_token, HEADS).calls) >= 1
+    for one, two in zip(*results):
+        assert torch.equal(one, two)
+
+
+def test_calls_split_the_work_evenly_and_cover_every_sequence():
+    assert attention._split([9, 9, 6, 6, 6, 2], 2) == [(0, 3), (3, 3)]
+    assert attention._split([5], 2) == [(0, 1)]
+    assert attention._split([1, 1, 1, 1], 1) == [(0, 4)]

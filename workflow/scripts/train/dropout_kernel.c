@@ -19,6 +19,7 @@
    target_clones: AVX-512, AVX2 and plain x86-64, picked at run time. */
 
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -80,13 +81,7 @@ CLONES void dropout_fp32(const float *restrict x, float *restrict y, int64_t n, 
         y[i] = float_of(bits_of(x[i] * scale) & keep_mask(first + i, lo, hi, dropped));
 }
 
-/* The attention's scale, mask, softmax and dropout in one pass per row (with
-   softmax fp32): each row of n bf16 scores s, the additive fp32 mask row m:
-   v = s x scaling + m, y = softmax(v) in float, rounded once to bf16 into
-   probs (kept for backward), and y x keep_scale where kept, 0 where dropped,
-   into out (what multiplies the values). Rows first_row .. first_row + rows
-   - 1 of [batch, heads, queries, n]; the mask is [batch, mask_queries, n]
-   (mask_queries 1: one row for every query). exp is the Cephes single-
+/* exp of x <= 0 for the attention's softmax (below): the Cephes single-
    precision polynomial (within 2 ulp), written out so that it vectorises. */
 
 #define LANES 16
@@ -109,69 +104,253 @@ static inline float exp_nonpositive(float x) {
     return float_of(bits_of(p * float_of(scale)) & under);
 }
 
-CLONES void softmax_dropout_bf16(const uint16_t *restrict scores, const float *restrict mask, int64_t first_row,
-                                 int64_t rows, int64_t n, int64_t heads, int64_t queries, int64_t mask_queries,
-                                 float scaling, uint64_t seed, uint32_t dropped, float keep_scale,
-                                 uint16_t *restrict probs, uint16_t *restrict out) {
-    uint32_t lo = (uint32_t)seed, hi = (uint32_t)(seed >> 32);
-    int64_t padded = (n + LANES - 1) / LANES * LANES;
-    float v[padded];
-    for (int64_t local = 0; local < rows; local++) {
-        int64_t row = first_row + local;
-        int64_t batch = row / (heads * queries), query = row % queries;
-        const float *m = mask + (batch * mask_queries + (mask_queries == 1 ? 0 : query)) * n;
-        const uint16_t *s = scores + local * n;
-        float lane_max[LANES];
-        for (int k = 0; k < LANES; k++) lane_max[k] = -3.0e38f;
-        for (int64_t j = 0; j < padded; j++) v[j] = -3.0e38f;
-        for (int64_t j = 0; j < n; j++) v[j] = float_of((uint32_t)s[j] << 16) * scaling + m[j];
-        for (int64_t j = 0; j < padded; j += LANES)
-            for (int k = 0; k < LANES; k++) lane_max[k] = v[j + k] > lane_max[k] ? v[j + k] : lane_max[k];
-        float top = lane_max[0];
-        for (int k = 1; k < LANES; k++) top = lane_max[k] > top ? lane_max[k] : top;
-        float lane_sum[LANES] = {0};
-        for (int64_t j = 0; j < padded; j += LANES)
-            for (int k = 0; k < LANES; k++) {
-                float e = exp_nonpositive(v[j + k] - top);
-                v[j + k] = e;
-                lane_sum[k] += e;
-            }
-        float sum = 0.0f;
-        for (int k = 0; k < LANES; k++) sum += lane_sum[k];
-        float inverse = 1.0f / sum;
-        uint16_t *y = probs + local * n, *o = out + local * n;
-        uint32_t base = (uint32_t)(row * n), width = (uint32_t)n;
-        for (uint32_t j = 0; j < width; j++) {
-            float p = v[j] * inverse;
-            y[j] = round_bf16(p);
-            o[j] = (uint16_t)(round_bf16(p * keep_scale) & keep_mask(base + j, lo, hi, dropped));
+/* Self-attention of packed sequences in one call per layer, forward and
+   backward (cpuddp's encoder, encoder/attention.py): no padded layout, not
+   even for the scores, and no per-length batched matmuls from Python.
+
+   q [query rows, heads x size], k and v [tokens, heads x size] are the
+   projections' bf16 rows as they are; sequence s has keys k_off[s] ..
+   k_off[s + 1] - 1 and queries q_off[s] .. q_off[s + 1] - 1 (every token, or
+   its first token alone). Per sequence and head, in float: scores = q k^T x
+   scaling, probs = softmax, kept into the values with the hash dropout,
+   out = kept v, rounded once to bf16. probs are kept in bf16 for backward,
+   sequence s's [heads, queries, keys] block at p_off[s]; element e of that
+   flat buffer is dropped by the hash of (seed, e), as in dropout_bf16, so
+   the result is the same however the sequences are cut into calls.
+
+   Each (sequence, head) copies its keys and values to float scratch once
+   (keys transposed), so the inner loops run over 16-float vectors in L1:
+   scores a vector of keys at a time, outputs a vector of the head's columns
+   at a time. Multiplies and adds are fused where the clone has FMA, so bits
+   may differ between clones (CPU kinds), never between runs on one. */
+
+typedef float vec __attribute__((vector_size(64)));
+/* Helpers inlined into each clone, so that they are compiled for its ISA too. */
+#define INLINE inline __attribute__((always_inline))
+
+#pragma GCC push_options
+#pragma GCC optimize("fp-contract=fast")
+#if defined(__x86_64__) && defined(__GNUC__)
+#define CLONES_FMA __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define CLONES_FMA
+#endif
+
+static INLINE float bf16_value(uint16_t x) { return float_of((uint32_t)x << 16); }
+
+static INLINE int64_t chunks_of(int64_t n) { return (n + LANES - 1) / LANES; }
+
+static INLINE int64_t longest(const int64_t *offsets, int64_t first, int64_t count) {
+    int64_t most = 1;
+    for (int64_t s = first; s < first + count; s++)
+        most = offsets[s + 1] - offsets[s] > most ? offsets[s + 1] - offsets[s] : most;
+    return most;
+}
+
+static INLINE vec *scratch(int64_t vectors) {
+    return (vec *)aligned_alloc(64, (size_t)(vectors > 0 ? vectors : 1) * sizeof(vec));
+}
+
+/* rows x size bf16 (stride width) -> rows x chunks_of(size) vectors, zero-padded. */
+static INLINE void rows_to_float(const uint16_t *src, int64_t rows, int64_t width, int64_t size, vec *dst) {
+    int64_t padded = chunks_of(size) * LANES;
+    float *d = (float *)dst;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < padded; c++) d[r * padded + c] = c < size ? bf16_value(src[r * width + c]) : 0.0f;
+}
+
+/* rows x size bf16 (stride width) -> size x chunks_of(rows) vectors (transposed), zero-padded. */
+static INLINE void columns_to_float(const uint16_t *src, int64_t rows, int64_t width, int64_t size, vec *dst) {
+    int64_t padded = chunks_of(rows) * LANES;
+    float *d = (float *)dst;
+    for (int64_t c = 0; c < size; c++)
+        for (int64_t r = 0; r < padded; r++) d[c * padded + r] = r < rows ? bf16_value(src[r * width + c]) : 0.0f;
+}
+
+/* out[j] = sum_c a[c] x t[c][j] for j in chunks x LANES: a row times a
+   transposed block. Four vectors of j at a time: four independent chains of
+   fused multiply-adds, which a single chain's latency would otherwise stall. */
+static INLINE void row_times(const float *a, const vec *t, int64_t size, int64_t chunks, vec *out) {
+    int64_t j = 0;
+    for (; j + 4 <= chunks; j += 4) {
+        vec a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+        for (int64_t c = 0; c < size; c++) {
+            const vec *tc = t + c * chunks + j;
+            float x = a[c];
+            a0 += x * tc[0], a1 += x * tc[1], a2 += x * tc[2], a3 += x * tc[3];
         }
+        out[j] = a0, out[j + 1] = a1, out[j + 2] = a2, out[j + 3] = a3;
+    }
+    for (; j < chunks; j++) {
+        vec even = {0}, odd = {0};
+        int64_t c = 0;
+        for (; c + 2 <= size; c += 2) even += a[c] * t[c * chunks + j], odd += a[c + 1] * t[(c + 1) * chunks + j];
+        if (c < size) even += a[c] * t[c * chunks + j];
+        out[j] = even + odd;
     }
 }
 
-/* Its backward: g is the gradient of out, y the probs it kept. dy = g x
-   keep_scale where kept, else 0; the scores' gradient is
-   y (dy - sum(dy y)) x scaling, in float, rounded once to bf16. */
-CLONES void softmax_dropout_backward_bf16(const uint16_t *restrict grad, const uint16_t *restrict probs,
-                                          int64_t first_row, int64_t rows, int64_t n, float scaling, uint64_t seed,
-                                          uint32_t dropped, float keep_scale, uint16_t *restrict grad_scores) {
-    uint32_t lo = (uint32_t)seed, hi = (uint32_t)(seed >> 32);
-    int64_t padded = (n + LANES - 1) / LANES * LANES;
-    float dy[padded], y[padded];
-    for (int64_t local = 0; local < rows; local++) {
-        uint32_t base = (uint32_t)((first_row + local) * n), width = (uint32_t)n;
-        const uint16_t *g = grad + local * n, *p = probs + local * n;
-        for (int64_t j = 0; j < padded; j++) dy[j] = y[j] = 0.0f;
-        for (uint32_t j = 0; j < width; j++) {
-            dy[j] = float_of(bits_of(float_of((uint32_t)g[j] << 16) * keep_scale) & keep_mask(base + j, lo, hi, dropped));
-            y[j] = float_of((uint32_t)p[j] << 16);
+/* out[c] = sum_j w[j] x rows[j][c]: weights times rows of chunks vectors,
+   four partial sums over j per vector (independent chains, as above). */
+static INLINE void weighted_sum(const float *w, const vec *rows, int64_t n, int64_t chunks, vec *out) {
+    for (int64_t c = 0; c < chunks; c++) {
+        vec a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+        int64_t j = 0;
+        for (; j + 4 <= n; j += 4) {
+            const vec *r = rows + j * chunks + c;
+            a0 += w[j] * r[0], a1 += w[j + 1] * r[chunks], a2 += w[j + 2] * r[2 * chunks];
+            a3 += w[j + 3] * r[3 * chunks];
         }
-        float lane_dot[LANES] = {0};
-        for (int64_t j = 0; j < padded; j += LANES)
-            for (int k = 0; k < LANES; k++) lane_dot[k] += dy[j + k] * y[j + k];
-        float dot = 0.0f;
-        for (int k = 0; k < LANES; k++) dot += lane_dot[k];
-        uint16_t *out = grad_scores + local * n;
-        for (int64_t j = 0; j < n; j++) out[j] = round_bf16(y[j] * (dy[j] - dot) * scaling);
+        for (; j < n; j++) a0 += w[j] * rows[j * chunks + c];
+        out[c] = (a0 + a1) + (a2 + a3);
     }
 }
+
+static INLINE void store_bf16(const vec *v, int64_t size, uint16_t *dst) {
+    const float *f = (const float *)v;
+    for (int64_t c = 0; c < size; c++) dst[c] = round_bf16(f[c]);
+}
+
+/* exp(x - max) over the n scores of a row padded to `padded`, in place (0
+   at the padding); returns their sum. Lane-wise max and sum, so the loops
+   vectorise without reordering the rounding of any one lane. */
+static INLINE float softmax_numerators(float *r, int64_t n, int64_t padded) {
+    float lane_max[LANES], lane_sum[LANES] = {0};
+    for (int64_t j = n; j < padded; j++) r[j] = -3.0e38f;
+    for (int k = 0; k < LANES; k++) lane_max[k] = r[k];
+    for (int64_t j = LANES; j < padded; j += LANES)
+        for (int k = 0; k < LANES; k++) lane_max[k] = r[j + k] > lane_max[k] ? r[j + k] : lane_max[k];
+    float top = lane_max[0];
+    for (int k = 1; k < LANES; k++) top = lane_max[k] > top ? lane_max[k] : top;
+    for (int64_t j = 0; j < padded; j += LANES)
+        for (int k = 0; k < LANES; k++) {
+            float e = exp_nonpositive(r[j + k] - top);
+            r[j + k] = e;
+            lane_sum[k] += e;
+        }
+    float sum = 0.0f;
+    for (int k = 0; k < LANES; k++) sum += lane_sum[k];
+    return sum;
+}
+
+/* The kept weight of a prob: round(prob x keep_scale) where kept, else 0. */
+static INLINE float kept_of(uint16_t prob, uint32_t index, uint32_t lo, uint32_t hi, uint32_t dropped,
+                            float keep_scale) {
+    uint32_t scaled = (uint32_t)round_bf16(bf16_value(prob) * keep_scale) << 16;
+    return float_of(scaled & keep_mask(index, lo, hi, dropped));
+}
+
+CLONES_FMA void attention_forward_bf16(const uint16_t *restrict q, const uint16_t *restrict k,
+                                       const uint16_t *restrict v, const int64_t *k_off, const int64_t *q_off,
+                                       const int64_t *p_off, int64_t first_seq, int64_t seqs, int64_t heads,
+                                       int64_t size, float scaling, uint64_t seed, uint32_t dropped,
+                                       float keep_scale, uint16_t *restrict probs, uint16_t *restrict out) {
+    uint32_t lo = (uint32_t)seed, hi = (uint32_t)(seed >> 32);
+    int64_t width = heads * size, cols = chunks_of(size), most = longest(k_off, first_seq, seqs);
+    int64_t most_chunks = chunks_of(most);
+    vec *keys_t = scratch(size * most_chunks), *values = scratch(most * cols), *row = scratch(most_chunks);
+    vec *context = scratch(cols);
+    float query[cols * LANES];
+    float *r = (float *)row;
+    for (int64_t s = first_seq; s < first_seq + seqs; s++) {
+        int64_t k0 = k_off[s], n = k_off[s + 1] - k0, q0 = q_off[s], nq = q_off[s + 1] - q0, chunks = chunks_of(n);
+        for (int64_t h = 0; h < heads; h++) {
+            columns_to_float(k + k0 * width + h * size, n, width, size, keys_t);
+            rows_to_float(v + k0 * width + h * size, n, width, size, values);
+            for (int64_t i = 0; i < nq; i++) {
+                const uint16_t *qi = q + (q0 + i) * width + h * size;
+                for (int64_t c = 0; c < size; c++) query[c] = bf16_value(qi[c]) * scaling;
+                row_times(query, keys_t, size, chunks, row);
+                float inverse = 1.0f / softmax_numerators(r, n, chunks * LANES);
+                int64_t at = p_off[s] + (h * nq + i) * n;
+                uint16_t *y = probs + at;
+                for (int64_t j = 0; j < n; j++) y[j] = round_bf16(r[j] * inverse);
+                for (int64_t j = 0; j < n; j++) r[j] = kept_of(y[j], (uint32_t)(at + j), lo, hi, dropped, keep_scale);
+                weighted_sum(r, values, n, cols, context);
+                store_bf16(context, size, out + (q0 + i) * width + h * size);
+            }
+        }
+    }
+    free(keys_t), free(values), free(row), free(context);
+}
+
+/* out[c] = sum_i w[i x stride] x rows[i][c]: a column of weights times
+   rows, four partial sums over i per vector. */
+static INLINE void column_weighted_sum(const float *w, int64_t stride, const vec *rows, int64_t n, int64_t chunks,
+                                       vec *out) {
+    for (int64_t c = 0; c < chunks; c++) {
+        vec a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+        int64_t i = 0;
+        for (; i + 4 <= n; i += 4) {
+            const vec *r = rows + i * chunks + c;
+            const float *x = w + i * stride;
+            a0 += x[0] * r[0], a1 += x[stride] * r[chunks], a2 += x[2 * stride] * r[2 * chunks];
+            a3 += x[3 * stride] * r[3 * chunks];
+        }
+        for (; i < n; i++) a0 += w[i * stride] * rows[i * chunks + c];
+        out[c] = (a0 + a1) + (a2 + a3);
+    }
+}
+
+/* Its backward, from the gradient of out and the probs forward kept: per
+   sequence and head, row by row the dropout mask recomputed from the seed,
+   the gradient of the kept weights, the softmax's backward in float and the
+   gradient of q; then key by key those of k and v from the rows' kept
+   weights and score gradients (each a sum in registers, every row of dq,
+   dk and dv written once). */
+CLONES_FMA void attention_backward_bf16(const uint16_t *restrict grad, const uint16_t *restrict q,
+                                        const uint16_t *restrict k, const uint16_t *restrict v,
+                                        const uint16_t *restrict probs, const int64_t *k_off, const int64_t *q_off,
+                                        const int64_t *p_off, int64_t first_seq, int64_t seqs, int64_t heads,
+                                        int64_t size, float scaling, uint64_t seed, uint32_t dropped,
+                                        float keep_scale, uint16_t *restrict dq, uint16_t *restrict dk,
+                                        uint16_t *restrict dv) {
+    uint32_t lo = (uint32_t)seed, hi = (uint32_t)(seed >> 32);
+    int64_t width = heads * size, cols = chunks_of(size), most = longest(k_off, first_seq, seqs);
+    int64_t most_q = longest(q_off, first_seq, seqs), most_chunks = chunks_of(most);
+    vec *keys = scratch(most * cols), *values_t = scratch(size * most_chunks), *queries = scratch(most_q * cols);
+    vec *grads = scratch(most_q * cols), *kept = scratch(most_q * most_chunks), *dscores = scratch(most_q * most_chunks);
+    vec *sum = scratch(cols);
+    float probs_f[most_chunks * LANES];
+    uint32_t keeps[most_chunks * LANES];
+    for (int64_t s = first_seq; s < first_seq + seqs; s++) {
+        int64_t k0 = k_off[s], n = k_off[s + 1] - k0, q0 = q_off[s], nq = q_off[s + 1] - q0, chunks = chunks_of(n);
+        int64_t stride = chunks * LANES;
+        for (int64_t h = 0; h < heads; h++) {
+            rows_to_float(k + k0 * width + h * size, n, width, size, keys);
+            columns_to_float(v + k0 * width + h * size, n, width, size, values_t);
+            rows_to_float(q + q0 * width + h * size, nq, width, size, queries);
+            rows_to_float(grad + q0 * width + h * size, nq, width, size, grads);
+            for (int64_t i = 0; i < nq; i++) {
+                int64_t at = p_off[s] + (h * nq + i) * n;
+                const uint16_t *y = probs + at;
+                float *w = (float *)(kept + i * chunks), *r = (float *)(dscores + i * chunks);
+                /* the row's probs and keep masks first, in loops that vectorise */
+                for (int64_t j = 0; j < stride; j++) probs_f[j] = j < n ? bf16_value(y[j]) : 0.0f;
+                for (int64_t j = 0; j < stride; j++) keeps[j] = keep_mask((uint32_t)(at + j), lo, hi, dropped);
+                for (int64_t j = 0; j < stride; j++)
+                    w[j] = float_of(((uint32_t)round_bf16(probs_f[j] * keep_scale) << 16) & keeps[j]);
+                row_times((const float *)(grads + i * cols), values_t, size, chunks, dscores + i * chunks);
+                float lane_dot[LANES] = {0};
+                for (int64_t j = 0; j < stride; j += LANES)
+                    for (int l = 0; l < LANES; l++) { /* y dy, dy the gradient of the probs */
+                        r[j + l] = float_of(bits_of(r[j + l] * keep_scale) & keeps[j + l]) * probs_f[j + l];
+                        lane_dot[l] += r[j + l];
+                    }
+                float dot = 0.0f;
+                for (int l = 0; l < LANES; l++) dot += lane_dot[l];
+                for (int64_t j = 0; j < stride; j++) r[j] = (r[j] - probs_f[j] * dot) * scaling; /* y (dy - dot) */
+                weighted_sum(r, keys, n, cols, sum);
+                store_bf16(sum, size, dq + (q0 + i) * width + h * size);
+            }
+            for (int64_t j = 0; j < n; j++) {
+                column_weighted_sum((const float *)kept + j, stride, grads, nq, cols, sum);
+                store_bf16(sum, size, dv + (k0 + j) * width + h * size);
+                column_weighted_sum((const float *)dscores + j, stride, queries, nq, cols, sum);
+                store_bf16(sum, size, dk + (k0 + j) * width + h * size);
+            }
+        }
+    }
+    free(keys), free(values_t), free(queries), free(grads), free(kept), free(dscores), free(sum);
+}
+#pragma GCC pop_options

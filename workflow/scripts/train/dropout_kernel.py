@@ -2,8 +2,8 @@
 (train/dropout_kernel.c): built with the system C compiler on first use
 (train/kernel_build.py), loaded with ctypes, wrapped in autograd
 functions whose backward recomputes the mask from the same seed: dropout
-alone (KernelDropout), and the attention's scale, mask, softmax and
-dropout in one pass (cpuddp's encoder, encoder/attention.py).
+alone (KernelDropout), and the packed attention of a whole layer with
+its softmax and dropout in one call (cpuddp's encoder, encoder/attention.py).
 
 The seed of each call is drawn from torch's generator (one int64), so a
 run's masks follow from torch.manual_seed and a checkpoint's RNG state,
@@ -35,12 +35,12 @@ class Kernel:
             function.argtypes = [pointer, pointer, count, ctypes.c_uint64, count, ctypes.c_uint32, ctypes.c_float]
             function.restype = None
         real, seed, threshold = ctypes.c_float, ctypes.c_uint64, ctypes.c_uint32
-        self.forward_rows = lib.softmax_dropout_bf16
-        self.forward_rows.argtypes = [pointer, pointer] + [count] * 6 + [real, seed, threshold, real, pointer, pointer]
-        self.backward_rows = lib.softmax_dropout_backward_bf16
-        self.backward_rows.argtypes = [pointer, pointer] + [count] * 3 + [real, seed, threshold, real, pointer]
-        for function in (self.forward_rows, self.backward_rows):
-            function.restype = None
+        offsets = [pointer] * 3 + [count] * 4 + [real, seed, threshold, real]
+        self.attention_forward = lib.attention_forward_bf16
+        self.attention_forward.argtypes = [pointer] * 3 + offsets + [pointer] * 2
+        self.attention_backward_rows = lib.attention_backward_bf16
+        self.attention_backward_rows.argtypes = [pointer] * 5 + offsets + [pointer] * 3
+        self.attention_forward.restype = self.attention_backward_rows.restype = None
 
     def dropout(self, x: torch.Tensor, seed: int, dropped: int, scale: float) -> torch.Tensor:
         """x x scale where kept, else 0: a new contiguous tensor."""
@@ -53,33 +53,33 @@ class Kernel:
         run(calls)
         return y
 
-    def softmax_dropout(self, scores: torch.Tensor, mask: torch.Tensor, scaling: float, seed: int, dropped: int,
-                        keep_scale: float) -> tuple[torch.Tensor, torch.Tensor]:
-        """(dropout(softmax(scores x scaling + mask)), softmax(...)) for bf16
-        scores [batch, heads, queries, keys] and an fp32 mask [batch,
-        1 or queries, keys]."""
-        batch, heads, queries, keys = scores.shape
-        scores = scores.contiguous()
-        out, probs = torch.empty_like(scores), torch.empty_like(scores)
-        calls = [(self.forward_rows, (scores.data_ptr() + first * keys * 2, mask.data_ptr(), first, rows, keys,
-                                      heads, queries, mask.shape[1], scaling, seed, dropped, keep_scale,
-                                      probs.data_ptr() + first * keys * 2, out.data_ptr() + first * keys * 2),
-                  rows * keys, (scores, mask, out, probs)) for first, rows in _row_chunks(scores)]
+    def attention(self, q, k, v, layout, heads: int, scaling: float, seed: int, dropped: int,
+                  keep_scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+        """(out, probs) of the packed attention (dropout_kernel.c) of contiguous
+        bf16 q [query rows, hidden], k and v [tokens, hidden]; `layout`: the
+        offsets and each call's sequences (encoder/attention.Layout)."""
+        out, probs = torch.empty_like(q), q.new_empty(layout.scores)
+        size = q.shape[1] // heads
+        calls = [(self.attention_forward, (q.data_ptr(), k.data_ptr(), v.data_ptr(), *layout.pointers(), first,
+                                           count, heads, size, scaling, seed, dropped, keep_scale,
+                                           probs.data_ptr(), out.data_ptr()), CHUNK, (q, k, v, out, probs, layout))
+                 for first, count in layout.calls]
         run(calls)
         return out, probs
 
-    def softmax_dropout_backward(self, grad: torch.Tensor, probs: torch.Tensor, scaling: float, seed: int,
-                                 dropped: int, keep_scale: float) -> torch.Tensor:
-        """The gradient of the scores, from that of softmax_dropout's output."""
+    def attention_backward(self, grad, q, k, v, probs, layout, heads: int, scaling: float, seed: int,
+                           dropped: int, keep_scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The gradients of q, k and v from that of attention()'s out."""
         grad = grad.contiguous().to(torch.bfloat16)
-        keys = probs.shape[-1]
-        out = torch.empty_like(probs)
-        calls = [(self.backward_rows, (grad.data_ptr() + first * keys * 2, probs.data_ptr() + first * keys * 2,
-                                       first, rows, keys, scaling, seed, dropped, keep_scale,
-                                       out.data_ptr() + first * keys * 2), rows * keys, (grad, probs, out))
-                 for first, rows in _row_chunks(probs)]
+        dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        size = q.shape[1] // heads
+        calls = [(self.attention_backward_rows,
+                  (grad.data_ptr(), q.data_ptr(), k.data_ptr(), v.data_ptr(), probs.data_ptr(), *layout.pointers(),
+                   first, count, heads, size, scaling, seed, dropped, keep_scale, dq.data_ptr(), dk.data_ptr(),
+                   dv.data_ptr()), CHUNK, (grad, q, k, v, probs, dq, dk, dv, layout))
+                 for first, count in layout.calls]
         run(calls)
-        return out
+        return dq, dk, dv
 
     def agrees_with_its_definition(self) -> bool:
         """Whether the build keeps exactly the elements whose hash says so and
@@ -90,13 +90,6 @@ class Kernel:
         want = torch.where(keep_reference(4096, 0x123456789ABCDEF0, dropped(0.25)), x * 2.0, 0.0)
         half = self.dropout(x.bfloat16(), 0x123456789ABCDEF0, dropped(0.25), 1.1)
         return torch.equal(y, want) and torch.equal(half, torch.where(kept, x.bfloat16() * 1.1, 0.0).bfloat16())
-
-
-def _row_chunks(scores: torch.Tensor) -> list[tuple[int, int]]:
-    """(first row, rows) per call: whole rows, about CHUNK elements each."""
-    rows, keys = scores.numel() // scores.shape[-1], scores.shape[-1]
-    per_call = max(1, CHUNK // max(keys, 1))
-    return [(first, min(per_call, rows - first)) for first in range(0, rows, per_call)]
 
 
 def draw_seed() -> int:

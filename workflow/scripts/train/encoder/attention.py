@@ -1,31 +1,28 @@
 """Self-attention on packed tokens: no padded layout, not even for the
-scores. The packed sequences are adjacent by length (packing.Packed), so
-each run of equally long sequences is one batched matmul on views of the
-packed rows: scores [sequences, heads, queries, keys] of that length only.
-
-Queries are every token, or each sequence's first token alone (the last
-layer of a classification model: packed [sequences, hidden] rows).
+scores. Queries are every token, or each sequence's first token alone (the
+last layer of a classification model: packed [sequences, hidden] rows).
 
 Two paths, the same arithmetic up to rounding:
-- torch's ops under autograd (fp32, or where the C kernel did not build;
-  the dropout from the kernel where it built);
-- with the hash-dropout kernel on bf16 (train/dropout_kernel.c): the scale,
-  softmax (in fp32, rounded once) and dropout in one pass forward and one
-  backward, the dropout mask recomputed from a seed; the whole attention of
-  a layer is one autograd node (SegmentAttention), whose backward loops over
-  the same groups."""
+- with the hash-dropout kernel on bf16 (train/dropout_kernel.c,
+  PackedAttention): every sequence and head of a layer in one C call
+  forward and one backward, reading the projections' rows where they are
+  (cu_seqlens-style offsets, Layout); scores, softmax and dropout in
+  float, the dropout mask recomputed from a seed in backward. One call
+  per torch thread, each a run of whole sequences;
+- torch's ops under autograd (fp32, or where the C kernel did not build):
+  the packed sequences are adjacent by length (packing.Packed), so each run
+  of equally long sequences is one batched matmul on views of the packed
+  rows, scores [sequences, heads, queries, keys] of that length only."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
 from workflow.scripts.train.dropout_kernel import KernelDropout, dropped, draw_seed, keep_scale
 from workflow.scripts.train.encoder.packing import Packed
-
-GOLDEN = 0x9E3779B97F4A7C15
-MASK64 = (1 << 64) - 1
-
 
 def _views(q, k, v, packed: Packed, first_token: bool, heads: int):
     """Per group of equally long sequences: (query rows, queries per sequence, q, k, v as
@@ -58,7 +55,7 @@ def attention(q, k, v, packed: Packed, heads: int, scaling: float, p: float, fir
     """The context [query rows, hidden] of packed q [query rows, hidden], k and v [tokens, hidden];
     p: the attention dropout (0 outside training)."""
     if kernel is not None and q.dtype == torch.bfloat16:
-        return SegmentAttention.apply(q, k, v, packed, heads, scaling, p, first_token, kernel)
+        return PackedAttention.apply(q, k, v, packed, heads, scaling, p, first_token, kernel)
     out = []
     for _, _, qg, kg, vg in _views(q, k, v, packed, first_token, heads):
         scores = torch.matmul(qg, kg.transpose(-1, -2)) * scaling
@@ -69,43 +66,66 @@ def attention(q, k, v, packed: Packed, heads: int, scaling: float, p: float, fir
     return out[0] if len(out) == 1 else torch.cat(out)
 
 
-def _group_seed(seed: int, group: int) -> int:
-    return (seed + (group + 1) * GOLDEN) & MASK64
+@dataclass
+class Layout:
+    """What the kernel's attention needs of a packing: where each sequence's
+    keys, queries and probs start (int64 offsets, sequences + 1 each) and the
+    sequences of each call (one per torch thread, about equal work)."""
+
+    offsets: tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+    scores: int
+    """Probs kept for backward: sum over sequences of heads x queries x keys."""
+    calls: list[tuple[int, int]]
+    """(first sequence, sequences) per call."""
+
+    def pointers(self) -> tuple[int, int, int]:
+        return tuple(t.data_ptr() for t in self.offsets)
 
 
-class SegmentAttention(torch.autograd.Function):
-    """attention() with the kernel's softmax and dropout: one node per layer."""
+def layout(packed: Packed, first_token: bool, heads: int) -> Layout:
+    """The packing's Layout, built once per batch and reused by every layer."""
+    threads = torch.get_num_threads()
+    key = (first_token, heads, threads)
+    if key not in packed.layouts:
+        queries = [1] * packed.batch if first_token else packed.lengths
+        sizes = [heads * rows * length for rows, length in zip(queries, packed.lengths)]
+        probs = [0]
+        for size in sizes:
+            probs.append(probs[-1] + size)
+        query_offsets = list(range(packed.batch + 1)) if first_token else packed.offsets
+        offsets = tuple(torch.tensor(o, dtype=torch.int64) for o in (packed.offsets, query_offsets, probs))
+        packed.layouts[key] = Layout(offsets, probs[-1], _split(sizes, threads))
+    return packed.layouts[key]
+
+
+def _split(work: list[int], parts: int) -> list[tuple[int, int]]:
+    """Consecutive runs of `work` items, at most `parts`, of about equal sums."""
+    total, calls, first, done = sum(work), [], 0, 0
+    for i, amount in enumerate(work):
+        done += amount
+        if done * parts >= total * (len(calls) + 1) or i == len(work) - 1:
+            calls.append((first, i + 1 - first))
+            first = i + 1
+    return calls
+
+
+class PackedAttention(torch.autograd.Function):
+    """attention() with the kernel: every sequence and head of a layer in one
+    C call forward and one backward (dropout_kernel.c, attention_forward_bf16)."""
 
     @staticmethod
     def forward(ctx, q, k, v, packed, heads, scaling, p, first_token, kernel):
         seed = draw_seed() if p > 0 else 0
-        args = (dropped(p), keep_scale(p))
-        out, saved = torch.empty_like(q), []
-        for g, (q_rows, per_seq, qg, kg, vg) in enumerate(_views(q, k, v, packed, first_token, heads)):
-            scores = torch.matmul(qg, kg.transpose(-1, -2)).contiguous()
-            mask = scores.new_zeros((scores.shape[0], 1, scores.shape[-1]), dtype=torch.float32)
-            kept, probs = kernel.softmax_dropout(scores, mask, scaling, _group_seed(seed, g), *args)
-            out[q_rows].view(qg.shape[0], per_seq, heads, -1).copy_(torch.matmul(kept, vg).transpose(1, 2))
-            saved.append((kept if p > 0 else None, probs))
-        ctx.save_for_backward(q, k, v)
-        ctx.saved, ctx.args = saved, (packed, heads, scaling, p, first_token, kernel, seed) + args
+        plan = layout(packed, first_token, heads)
+        q, k, v = (t.contiguous() for t in (q, k, v))
+        args = (scaling, seed, dropped(p), keep_scale(p))
+        out, probs = kernel.attention(q, k, v, plan, heads, *args)
+        ctx.save_for_backward(q, k, v, probs)
+        ctx.plan, ctx.heads, ctx.kernel, ctx.args = plan, heads, kernel, args
         return out
 
     @staticmethod
     def backward(ctx, grad):
-        q, k, v = ctx.saved_tensors
-        packed, heads, scaling, p, first_token, kernel, seed, threshold, scale = ctx.args
-        dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-        grads = _views(dq, dk, dv, packed, first_token, heads)
-        for g, ((q_rows, per_seq, qg, kg, vg), (_, _, dqg, dkg, dvg)) in enumerate(
-                zip(_views(q, k, v, packed, first_token, heads), grads)):
-            kept, probs = ctx.saved[g]
-            kept = probs if kept is None else kept
-            dctx = grad[q_rows].view(qg.shape[0], per_seq, heads, -1).transpose(1, 2)
-            dvg.copy_(torch.matmul(kept.transpose(-1, -2), dctx))
-            dkept = torch.matmul(dctx, vg.transpose(-1, -2))
-            dscores = kernel.softmax_dropout_backward(dkept, probs, scaling, _group_seed(seed, g), threshold, scale)
-            dqg.copy_(torch.matmul(dscores, kg))
-            dkg.copy_(torch.matmul(dscores.transpose(-1, -2), qg))
-        ctx.saved = None
+        q, k, v, probs = ctx.saved_tensors
+        dq, dk, dv = ctx.kernel.attention_backward(grad, q, k, v, probs, ctx.plan, ctx.heads, *ctx.args)
         return dq, dk, dv, None, None, None, None, None, None

@@ -9,7 +9,7 @@ their outputs back in the batch's order."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -26,6 +26,8 @@ class Packed:
     """Each packed row's position in the flattened [batch x width] input (None: the input was packed)."""
     width: int
     """The padded width of the input (its longest sequence when the input was packed)."""
+    layouts: dict = field(default_factory=dict, repr=False, compare=False)
+    """The attention kernel's layouts of this packing (encoder/attention.layout), built once per batch."""
 
     @property
     def batch(self) -> int:
