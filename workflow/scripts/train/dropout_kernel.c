@@ -130,10 +130,12 @@ typedef float vec __attribute__((vector_size(64)));
 
 #pragma GCC push_options
 #pragma GCC optimize("fp-contract=fast")
-#if defined(__x86_64__) && defined(__GNUC__)
+/* ISA-level clones (AVX-512 or AVX2, each with FMA), dispatched on the CPU's
+   features, from GCC 12; older GCC and clang get the ISA clones above. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12
 #define CLONES_FMA __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
-#define CLONES_FMA
+#define CLONES_FMA CLONES
 #endif
 
 static INLINE float bf16_value(uint16_t x) { return float_of((uint32_t)x << 16); }
