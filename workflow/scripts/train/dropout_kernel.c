@@ -236,10 +236,8 @@ static INLINE float softmax_numerators(float *r, int64_t n, int64_t padded) {
 }
 
 /* The kept weight of a prob: round(prob x keep_scale) where kept, else 0. */
-static INLINE float kept_of(uint16_t prob, uint32_t index, uint32_t lo, uint32_t hi, uint32_t dropped,
-                            float keep_scale) {
-    uint32_t scaled = (uint32_t)round_bf16(bf16_value(prob) * keep_scale) << 16;
-    return float_of(scaled & keep_mask(index, lo, hi, dropped));
+static INLINE float kept_weight(float prob, uint32_t keep, float keep_scale) {
+    return float_of(((uint32_t)round_bf16(prob * keep_scale) << 16) & keep);
 }
 
 CLONES_FMA void attention_forward_bf16(const uint16_t *restrict q, const uint16_t *restrict k,
@@ -267,7 +265,8 @@ CLONES_FMA void attention_forward_bf16(const uint16_t *restrict q, const uint16_
                 int64_t at = p_off[s] + (h * nq + i) * n;
                 uint16_t *y = probs + at;
                 for (int64_t j = 0; j < n; j++) y[j] = round_bf16(r[j] * inverse);
-                for (int64_t j = 0; j < n; j++) r[j] = kept_of(y[j], (uint32_t)(at + j), lo, hi, dropped, keep_scale);
+                for (int64_t j = 0; j < n; j++)
+                    r[j] = kept_weight(bf16_value(y[j]), keep_mask((uint32_t)(at + j), lo, hi, dropped), keep_scale);
                 weighted_sum(r, values, n, cols, context);
                 store_bf16(context, size, out + (q0 + i) * width + h * size);
             }
@@ -331,7 +330,7 @@ CLONES_FMA void attention_backward_bf16(const uint16_t *restrict grad, const uin
                 for (int64_t j = 0; j < stride; j++) probs_f[j] = j < n ? bf16_value(y[j]) : 0.0f;
                 for (int64_t j = 0; j < stride; j++) keeps[j] = keep_mask((uint32_t)(at + j), lo, hi, dropped);
                 for (int64_t j = 0; j < stride; j++)
-                    w[j] = float_of(((uint32_t)round_bf16(probs_f[j] * keep_scale) << 16) & keeps[j]);
+                    w[j] = kept_weight(probs_f[j], keeps[j], keep_scale);
                 row_times((const float *)(grads + i * cols), values_t, size, chunks, dscores + i * chunks);
                 float lane_dot[LANES] = {0};
                 for (int64_t j = 0; j < stride; j += LANES)

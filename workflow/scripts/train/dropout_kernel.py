@@ -36,11 +36,11 @@ class Kernel:
             function.restype = None
         real, seed, threshold = ctypes.c_float, ctypes.c_uint64, ctypes.c_uint32
         offsets = [pointer] * 3 + [count] * 4 + [real, seed, threshold, real]
-        self.attention_forward = lib.attention_forward_bf16
-        self.attention_forward.argtypes = [pointer] * 3 + offsets + [pointer] * 2
-        self.attention_backward_rows = lib.attention_backward_bf16
-        self.attention_backward_rows.argtypes = [pointer] * 5 + offsets + [pointer] * 3
-        self.attention_forward.restype = self.attention_backward_rows.restype = None
+        self.attention_forward_call = lib.attention_forward_bf16
+        self.attention_forward_call.argtypes = [pointer] * 3 + offsets + [pointer] * 2
+        self.attention_backward_call = lib.attention_backward_bf16
+        self.attention_backward_call.argtypes = [pointer] * 5 + offsets + [pointer] * 3
+        self.attention_forward_call.restype = self.attention_backward_call.restype = None
 
     def dropout(self, x: torch.Tensor, seed: int, dropped: int, scale: float) -> torch.Tensor:
         """x x scale where kept, else 0: a new contiguous tensor."""
@@ -60,7 +60,7 @@ class Kernel:
         offsets and each call's sequences (encoder/attention.Layout)."""
         out, probs = torch.empty_like(q), q.new_empty(layout.scores)
         size = q.shape[1] // heads
-        calls = [(self.attention_forward, (q.data_ptr(), k.data_ptr(), v.data_ptr(), *layout.pointers(), first,
+        calls = [(self.attention_forward_call, (q.data_ptr(), k.data_ptr(), v.data_ptr(), *layout.pointers(), first,
                                            count, heads, size, scaling, seed, dropped, keep_scale,
                                            probs.data_ptr(), out.data_ptr()), CHUNK, (q, k, v, out, probs, layout))
                  for first, count in layout.calls]
@@ -73,7 +73,7 @@ class Kernel:
         grad = grad.contiguous().to(torch.bfloat16)
         dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
         size = q.shape[1] // heads
-        calls = [(self.attention_backward_rows,
+        calls = [(self.attention_backward_call,
                   (grad.data_ptr(), q.data_ptr(), k.data_ptr(), v.data_ptr(), probs.data_ptr(), *layout.pointers(),
                    first, count, heads, size, scaling, seed, dropped, keep_scale, dq.data_ptr(), dk.data_ptr(),
                    dv.data_ptr()), CHUNK, (grad, q, k, v, probs, dq, dk, dv, layout))
