@@ -7,6 +7,10 @@ Trainer at its best, as a careful user sets it: --pad batch --bf16 (where
 the CPU has native bf16) --group-by-length, its default fused AdamW;
 --compile adds torch_compile=True. --task stsb trains a one-output
 regression head (float labels) and scores Pearson and Spearman on dev;
+glibc's malloc keeps what it frees (train/allocator.py, the allocator
+lever cpuddp's ranks take): the Trainer as fast as the allocator lets it
+be, so cpuddp's lead is never the allocator's (--system-allocator: glibc's
+defaults);
 mrpc scores F1 (positive class) and accuracy. --evaluate scores dev even
 with --steps; --profile-steps N times N whole steps (data, collation,
 forward, backward, optimizer and the Trainer's own work between them)
@@ -29,6 +33,8 @@ import numpy as np
 import torch
 from transformers import (AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding, Trainer,
                           TrainerCallback, TrainingArguments)
+
+from workflow.scripts.train import allocator
 
 WARMUP_STEPS = 3
 
@@ -98,7 +104,10 @@ def main() -> None:
     parser.add_argument("--log-every", type=int, default=10, help="steps between logged losses")
     parser.add_argument("--evaluate", action="store_true", help="score dev even with --steps")
     parser.add_argument("--profile-steps", type=int, default=0, help="time and profile this many whole steps")
+    parser.add_argument("--system-allocator", action="store_true", help="glibc's malloc defaults")
     args = parser.parse_args()
+    if not args.system_allocator:
+        allocator.keep_freed()
     torch.set_num_threads(args.threads)
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     data = datasets.load_from_disk(args.data)

@@ -84,7 +84,7 @@ def test_ddp_broadcasts_buffers_only_where_one_changes():
 def test_auto_picks_by_the_stated_rule_and_settings_win():
     chosen, why = levers.choose(levers.Levers())
     assert chosen == levers.Levers("fast", 16, "eager", "rows", "first_token", "reuse", "fp32", "drop", "shm",
-                                   "one_pass", "hash")
+                                   "one_pass", "hash", "keep")
     assert "auto" in why["dropout"]
     # the plan models the dense all-reduce across nodes
     across, why = levers.choose(levers.Levers(), levers.Context(nodes=3))
@@ -92,7 +92,8 @@ def test_auto_picks_by_the_stated_rule_and_settings_win():
     rows = levers.Levers.of({"embedding_allreduce": "rows"})
     assert levers.choose(rows, levers.Context(nodes=3))[0].embedding_allreduce == "rows"
     assert levers.choose(levers.Levers(), levers.Context(compression="bf16"))[0].embedding_allreduce == "dense"
-    off = levers.Levers("torch", 32, "sdpa", "dense", "all", "torch", "torch", "keep", "backend", "torch", "stored")
+    off = levers.Levers("torch", 32, "sdpa", "dense", "all", "torch", "torch", "keep", "backend", "torch", "stored",
+                       "system")
     assert levers.choose(levers.all_off())[0] == off
     exact = levers.exact_only()  # the reference of the accuracy judge: inexact levers off, the rest auto
     assert exact.dropout_bits == 32 and exact.dropout == "auto" and levers.choose(exact)[0].dropout == "fast"
@@ -121,7 +122,7 @@ def test_on_transformers_models_only_exact_levers_that_replace_no_forward():
     parts, status = speed.apply(model, chosen)
     assert status.pop("allreduce") == "off: no process group"  # tests/integration/test_node_allreduce.py
     on = {name for name, state in status.items() if state.startswith("on")}
-    assert on == {"attention", "dropout", "embedding_allreduce"}, status
+    assert on == {"attention", "dropout", "embedding_allreduce", "allocator"}, status
     assert all(levers.RULES[name].exact for name in on)
     assert status["optimizer"] == f"off: {speed.INEXACT}"
     assert status["padding"] == f"off: {speed.PATCHING}" and status["dropout_bits"] == f"off: {speed.UNDRAWN}"

@@ -124,6 +124,9 @@ RULES: dict[str, Rule] = {
                                                    "1/65536; torch's dropout where no C compiler builds it); "
                                                    "transformers' models keep stored masks"),
                          needs=(("dropout", "fast"),), exact=False),
+    "allocator": Rule("system", _always("keep", "both model codes: glibc's malloc keeps what a rank frees for the "
+                                                "next step instead of faulting fresh, zeroed pages in every step "
+                                                "(exact)")),
 }
 
 

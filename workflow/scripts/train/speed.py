@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 import torch
 from torch.nn.utils import clip_grads_with_norm_, get_total_norm
 
-from workflow.scripts.train import master_kernel, node_allreduce
+from workflow.scripts.train import allocator, master_kernel, node_allreduce
 from workflow.scripts.train.dropout import fast_dropout_modules
 from workflow.scripts.train.embedding_grad import GradPool
 from workflow.scripts.train.encoder import PackedModel
@@ -117,7 +117,8 @@ INEXACT = "not exact, so only on cpuddp's encoder (train.model_code)"
 UNDRAWN = "fast dropout here draws 32 bits (exact); cpuddp's encoder's masks are the hash kernel's or torch's"
 # Levers on both paths, and on transformers' models (values other than the
 # rule's `off`; why not, or None when in place), in this order.
-SHARED = {"embedding_allreduce": _embedding_allreduce, "allreduce": _allreduce}
+SHARED = {"embedding_allreduce": _embedding_allreduce, "allreduce": _allreduce,
+          "allocator": lambda model, value, parts: allocator.keep_freed()}
 TRANSFORMERS = {"attention": _attention, "dropout": _dropout, "dropout_bits": _off(UNDRAWN), "optimizer": _off(INEXACT),
                 "dropout_mask": _off(INEXACT), "last_layer": _off(PATCHING), "padding": _off(PATCHING),
                 "embedding_grad": _off(PATCHING), "softmax": _off(PATCHING), **SHARED}
