@@ -33,23 +33,22 @@ def _mallopt():
     return function
 
 
-def keep_freed() -> str | None:
-    """Sets this process's malloc to keep what it frees; None, or why not."""
+def _apply(settings) -> str | None:
     mallopt = _mallopt()
     if mallopt is None:
         return "this C library has no mallopt (not glibc)"
-    for parameter, value in SETTINGS:
+    for parameter, value in settings:
         if mallopt(parameter, value) != 1:
             return f"mallopt({parameter}, {value}) was refused"
     return None
 
 
+def keep_freed() -> str | None:
+    """Sets this process's malloc to keep what it frees; None, or why not."""
+    return _apply(SETTINGS)
+
+
 def release_freed() -> str | None:
     """glibc's defaults back (the test's contrast): blocks above 128 KB
     mapped and unmapped one by one, the heap trimmed above 128 KB free."""
-    mallopt = _mallopt()
-    if mallopt is None:
-        return "this C library has no mallopt (not glibc)"
-    for parameter, value in ((M_MMAP_THRESHOLD, 128 << 10), (M_TRIM_THRESHOLD, 128 << 10), (M_TOP_PAD, 128 << 10)):
-        mallopt(parameter, value)
-    return None
+    return _apply(((M_MMAP_THRESHOLD, 128 << 10), (M_TRIM_THRESHOLD, 128 << 10), (M_TOP_PAD, 128 << 10)))
