@@ -16,6 +16,9 @@ from workflow.scripts.train.encoder.packing import from_offsets
 
 HEADS, SIZE = 4, 8
 LENGTHS = [9, 9, 6, 6, 6, 2]  # packed longest first: three groups
+# And a head as wide as BERT-base's, over sequences longer than the kernel's 4 x 16-key blocks
+# of a block's 4 rows, with partial blocks of rows and keys left over (dropout_kernel.c, mac).
+SHAPES = {"small": (HEADS, SIZE, LENGTHS), "wide": (2, 64, [70, 33, 17, 5])}
 
 
 @pytest.fixture
@@ -25,39 +28,41 @@ def kernel(hash_dropout_kernel):
     return hash_dropout_kernel[0]
 
 
-def reference(q, k, v, packed, p, seed, first_token):
+def reference(q, k, v, packed, p, seed, first_token, heads=HEADS, size=SIZE):
     """The same attention by autograd in fp32, sequence by sequence, the kernel's masks from
     their definition: element e of the flat probs ([heads, queries, keys] per sequence) kept by hash(seed, e)."""
-    total = sum(HEADS * (1 if first_token else n) * n for n in packed.lengths)
+    total = sum(heads * (1 if first_token else n) * n for n in packed.lengths)
     keep = dropout_kernel.keep_reference(total, seed, dropout_kernel.dropped(p))
     out, at = [], 0
     for s, n in enumerate(packed.lengths):
         start = packed.offsets[s]
         rows = q[s:s + 1] if first_token else q[start:start + n]
-        qs, ks, vs = (t.view(t.shape[0], HEADS, SIZE).transpose(0, 1) for t in (rows, k[start:start + n],
+        qs, ks, vs = (t.view(t.shape[0], heads, size).transpose(0, 1) for t in (rows, k[start:start + n],
                                                                             v[start:start + n]))
-        probs = torch.softmax(torch.matmul(qs, ks.transpose(-1, -2)) * SIZE ** -0.5, dim=-1)
+        probs = torch.softmax(torch.matmul(qs, ks.transpose(-1, -2)) * size ** -0.5, dim=-1)
         mask = keep[at:at + probs.numel()].view(probs.shape)
         at += probs.numel()
         context = torch.matmul(probs * mask * dropout_kernel.keep_scale(p), vs)
-        out.append(context.transpose(0, 1).reshape(rows.shape[0], HEADS * SIZE))
+        out.append(context.transpose(0, 1).reshape(rows.shape[0], heads * size))
     return torch.cat(out)
 
 
 @pytest.mark.parametrize("first_token", [False, True])
 @pytest.mark.parametrize("p", [0.0, 0.25])
-def test_the_kernels_attention_is_autograds_with_the_same_masks(kernel, monkeypatch, p, first_token):
-    packed = from_offsets([0, *torch.tensor(LENGTHS).cumsum(0).tolist()])
+@pytest.mark.parametrize("shape", SHAPES)
+def test_the_kernels_attention_is_autograds_with_the_same_masks(kernel, monkeypatch, p, first_token, shape):
+    heads, size, lengths = SHAPES[shape]
+    packed = from_offsets([0, *torch.tensor(lengths).cumsum(0).tolist()])
     torch.manual_seed(0)
-    k, v = (torch.randn(packed.tokens, HEADS * SIZE) for _ in range(2))
-    q = torch.randn(packed.batch if first_token else packed.tokens, HEADS * SIZE)
-    weights = torch.randn(q.shape[0], HEADS * SIZE)
+    k, v = (torch.randn(packed.tokens, heads * size) for _ in range(2))
+    q = torch.randn(packed.batch if first_token else packed.tokens, heads * size)
+    weights = torch.randn(q.shape[0], heads * size)
     monkeypatch.setattr(attention, "draw_seed", lambda: 0x0123456789ABCDEF)
     low = [t.bfloat16().requires_grad_() for t in (q, k, v)]
-    out = attention.attention(*low, packed, HEADS, SIZE ** -0.5, p, first_token, kernel)
+    out = attention.attention(*low, packed, heads, size ** -0.5, p, first_token, kernel)
     (out.float() * weights).sum().backward()
     full = [t.bfloat16().float().requires_grad_() for t in (q, k, v)]
-    want = reference(*full, packed, p, 0x0123456789ABCDEF if p else 0, first_token)
+    want = reference(*full, packed, p, 0x0123456789ABCDEF if p else 0, first_token, heads, size)
     (want * weights).sum().backward()
     assert out.shape == want.shape
     assert (out.float() - want).norm() <= 0.02 * want.norm()

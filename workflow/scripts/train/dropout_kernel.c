@@ -119,10 +119,12 @@ static inline float exp_nonpositive(float x) {
    the result is the same however the sequences are cut into calls.
 
    Each (sequence, head) copies its keys and values to float scratch once
-   (keys transposed), so the inner loops run over 16-float vectors in L1:
-   scores a vector of keys at a time, outputs a vector of the head's columns
-   at a time. Multiplies and adds are fused where the clone has FMA, so bits
-   may differ between clones (CPU kinds), never between runs on one. */
+   (keys transposed), so the inner loops run over 16-float vectors in L1;
+   its products (scores, context, and in backward the gradients of the
+   probs, q, k and v) are each one call of `mac`, which sums blocks of 4
+   rows x 4 vectors in registers. Multiplies and adds are fused where the
+   clone has FMA, so bits may differ between clones (CPU kinds), never
+   between runs on one. */
 
 typedef float vec __attribute__((vector_size(64)));
 /* Helpers inlined into each clone, so that they are compiled for its ISA too. */
@@ -169,43 +171,52 @@ static INLINE void columns_to_float(const uint16_t *src, int64_t rows, int64_t w
         for (int64_t r = 0; r < padded; r++) d[c * padded + r] = r < rows ? bf16_value(src[r * width + c]) : 0.0f;
 }
 
-/* out[j] = sum_c a[c] x t[c][j] for j in chunks x LANES: a row times a
-   transposed block. Four vectors of j at a time: four independent chains of
-   fused multiply-adds, which a single chain's latency would otherwise stall. */
-static INLINE void row_times(const float *a, const vec *t, int64_t size, int64_t chunks, vec *out) {
-    int64_t j = 0;
-    for (; j + 4 <= chunks; j += 4) {
-        vec a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
-        for (int64_t c = 0; c < size; c++) {
-            const vec *tc = t + c * chunks + j;
-            float x = a[c];
-            a0 += x * tc[0], a1 += x * tc[1], a2 += x * tc[2], a3 += x * tc[3];
+/* The products of the attention, all one shape: out[r][c] = sum over t of
+   w[r x rs + t x ts] x rows[t x rstride + c], for `count` output rows of
+   `cols` vectors. A block of up to 4 rows x 4 vectors is summed in
+   registers: each vector of `rows` loaded once for the block's rows and
+   each weight broadcast once for its vectors, and 16 independent chains
+   of fused multiply-adds (a chain's latency would otherwise stall), where
+   a row at a time loaded every vector once per row and ran 2-4 chains.
+   Each output is one chain over t in order, so its rounding does not
+   depend on the block it fell in. `wide` (AVX-512) takes 4 x 4 blocks;
+   else 2 x 2, whose 4 accumulators fit AVX2's 16 registers. */
+static INLINE void mac_block(const float *w, int64_t rs, int64_t ts, int64_t terms, const vec *rows,
+                             int64_t rstride, vec *out, int64_t ostride, const int R, const int C) {
+    vec acc[4][4] = {{{0}}};
+    for (int64_t t = 0; t < terms; t++) {
+        const vec *x = rows + t * rstride;
+        const float *wt = w + t * ts;
+        for (int r = 0; r < R; r++) {
+            float b = wt[r * rs];
+            for (int c = 0; c < C; c++) acc[r][c] += b * x[c];
         }
-        out[j] = a0, out[j + 1] = a1, out[j + 2] = a2, out[j + 3] = a3;
     }
-    for (; j < chunks; j++) {
-        vec even = {0}, odd = {0};
-        int64_t c = 0;
-        for (; c + 2 <= size; c += 2) even += a[c] * t[c * chunks + j], odd += a[c + 1] * t[(c + 1) * chunks + j];
-        if (c < size) even += a[c] * t[c * chunks + j];
-        out[j] = even + odd;
-    }
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < C; c++) out[r * ostride + c] = acc[r][c];
 }
 
-/* out[c] = sum_j w[j] x rows[j][c]: weights times rows of chunks vectors,
-   four partial sums over j per vector (independent chains, as above). */
-static INLINE void weighted_sum(const float *w, const vec *rows, int64_t n, int64_t chunks, vec *out) {
-    for (int64_t c = 0; c < chunks; c++) {
-        vec a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
-        int64_t j = 0;
-        for (; j + 4 <= n; j += 4) {
-            const vec *r = rows + j * chunks + c;
-            a0 += w[j] * r[0], a1 += w[j + 1] * r[chunks], a2 += w[j + 2] * r[2 * chunks];
-            a3 += w[j + 3] * r[3 * chunks];
+#define MAC_CASE(R, C) \
+    case (R) * 8 + (C): mac_block(w0, rs, ts, terms, rows0, rstride, out0, ostride, R, C); break;
+
+/* One function (a clone per ISA, called by the attention's clones), not
+   inlined into every call: its 16 block shapes compile once. */
+CLONES_FMA static void mac(const float *w, int64_t rs, int64_t ts, int64_t terms, int64_t count, const vec *rows,
+                           int64_t rstride, int64_t cols, vec *out, int64_t ostride, int wide) {
+    int64_t most = wide ? 4 : 2;
+    for (int64_t r0 = 0; r0 < count; r0 += most)
+        for (int64_t c0 = 0; c0 < cols; c0 += most) {
+            int64_t R = count - r0 < most ? count - r0 : most, C = cols - c0 < most ? cols - c0 : most;
+            const float *w0 = w + r0 * rs;
+            const vec *rows0 = rows + c0;
+            vec *out0 = out + r0 * ostride + c0;
+            switch (R * 8 + C) {
+                MAC_CASE(1, 1) MAC_CASE(1, 2) MAC_CASE(1, 3) MAC_CASE(1, 4)
+                MAC_CASE(2, 1) MAC_CASE(2, 2) MAC_CASE(2, 3) MAC_CASE(2, 4)
+                MAC_CASE(3, 1) MAC_CASE(3, 2) MAC_CASE(3, 3) MAC_CASE(3, 4)
+                MAC_CASE(4, 1) MAC_CASE(4, 2) MAC_CASE(4, 3) MAC_CASE(4, 4)
+            }
         }
-        for (; j < n; j++) a0 += w[j] * rows[j * chunks + c];
-        out[c] = (a0 + a1) + (a2 + a3);
-    }
 }
 
 static INLINE void store_bf16(const vec *v, int64_t size, uint16_t *dst) {
@@ -247,50 +258,34 @@ CLONES_FMA void attention_forward_bf16(const uint16_t *restrict q, const uint16_
                                        float keep_scale, uint16_t *restrict probs, uint16_t *restrict out) {
     uint32_t lo = (uint32_t)seed, hi = (uint32_t)(seed >> 32);
     int64_t width = heads * size, cols = chunks_of(size), most = longest(k_off, first_seq, seqs);
-    int64_t most_chunks = chunks_of(most);
-    vec *keys_t = scratch(size * most_chunks), *values = scratch(most * cols), *row = scratch(most_chunks);
-    vec *context = scratch(cols);
-    float query[cols * LANES];
-    float *r = (float *)row;
+    int64_t most_q = longest(q_off, first_seq, seqs), most_chunks = chunks_of(most);
+    int wide = __builtin_cpu_supports("avx512f");
+    vec *keys_t = scratch(size * most_chunks), *values = scratch(most * cols), *scores = scratch(most_q * most_chunks);
+    vec *context = scratch(most_q * cols);
+    float *queries = (float *)scratch(most_q * cols);
     for (int64_t s = first_seq; s < first_seq + seqs; s++) {
         int64_t k0 = k_off[s], n = k_off[s + 1] - k0, q0 = q_off[s], nq = q_off[s + 1] - q0, chunks = chunks_of(n);
+        int64_t stride = chunks * LANES;
         for (int64_t h = 0; h < heads; h++) {
             columns_to_float(k + k0 * width + h * size, n, width, size, keys_t);
             rows_to_float(v + k0 * width + h * size, n, width, size, values);
+            for (int64_t i = 0; i < nq; i++)
+                for (int64_t c = 0; c < size; c++) queries[i * size + c] = bf16_value(q[(q0 + i) * width + h * size + c]) * scaling;
+            mac(queries, size, 1, size, nq, keys_t, chunks, chunks, scores, chunks, wide);
             for (int64_t i = 0; i < nq; i++) {
-                const uint16_t *qi = q + (q0 + i) * width + h * size;
-                for (int64_t c = 0; c < size; c++) query[c] = bf16_value(qi[c]) * scaling;
-                row_times(query, keys_t, size, chunks, row);
-                float inverse = 1.0f / softmax_numerators(r, n, chunks * LANES);
+                float *r = (float *)(scores + i * chunks);
+                float inverse = 1.0f / softmax_numerators(r, n, stride);
                 int64_t at = p_off[s] + (h * nq + i) * n;
                 uint16_t *y = probs + at;
                 for (int64_t j = 0; j < n; j++) y[j] = round_bf16(r[j] * inverse);
                 for (int64_t j = 0; j < n; j++)
                     r[j] = kept_weight(bf16_value(y[j]), keep_mask((uint32_t)(at + j), lo, hi, dropped), keep_scale);
-                weighted_sum(r, values, n, cols, context);
-                store_bf16(context, size, out + (q0 + i) * width + h * size);
             }
+            mac((const float *)scores, stride, 1, n, nq, values, cols, cols, context, cols, wide);
+            for (int64_t i = 0; i < nq; i++) store_bf16(context + i * cols, size, out + (q0 + i) * width + h * size);
         }
     }
-    free(keys_t), free(values), free(row), free(context);
-}
-
-/* out[c] = sum_i w[i x stride] x rows[i][c]: a column of weights times
-   rows, four partial sums over i per vector. */
-static INLINE void column_weighted_sum(const float *w, int64_t stride, const vec *rows, int64_t n, int64_t chunks,
-                                       vec *out) {
-    for (int64_t c = 0; c < chunks; c++) {
-        vec a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
-        int64_t i = 0;
-        for (; i + 4 <= n; i += 4) {
-            const vec *r = rows + i * chunks + c;
-            const float *x = w + i * stride;
-            a0 += x[0] * r[0], a1 += x[stride] * r[chunks], a2 += x[2 * stride] * r[2 * chunks];
-            a3 += x[3 * stride] * r[3 * chunks];
-        }
-        for (; i < n; i++) a0 += w[i * stride] * rows[i * chunks + c];
-        out[c] = (a0 + a1) + (a2 + a3);
-    }
+    free(keys_t), free(values), free(scores), free(context), free(queries);
 }
 
 /* Its backward, from the gradient of out and the probs forward kept: per
@@ -309,9 +304,10 @@ CLONES_FMA void attention_backward_bf16(const uint16_t *restrict grad, const uin
     uint32_t lo = (uint32_t)seed, hi = (uint32_t)(seed >> 32);
     int64_t width = heads * size, cols = chunks_of(size), most = longest(k_off, first_seq, seqs);
     int64_t most_q = longest(q_off, first_seq, seqs), most_chunks = chunks_of(most);
+    int wide = __builtin_cpu_supports("avx512f");
     vec *keys = scratch(most * cols), *values_t = scratch(size * most_chunks), *queries = scratch(most_q * cols);
     vec *grads = scratch(most_q * cols), *kept = scratch(most_q * most_chunks), *dscores = scratch(most_q * most_chunks);
-    vec *sum = scratch(cols);
+    vec *sums = scratch((most > most_q ? most : most_q) * cols);
     float probs_f[most_chunks * LANES];
     uint32_t keeps[most_chunks * LANES];
     for (int64_t s = first_seq; s < first_seq + seqs; s++) {
@@ -322,6 +318,8 @@ CLONES_FMA void attention_backward_bf16(const uint16_t *restrict grad, const uin
             columns_to_float(v + k0 * width + h * size, n, width, size, values_t);
             rows_to_float(q + q0 * width + h * size, nq, width, size, queries);
             rows_to_float(grad + q0 * width + h * size, nq, width, size, grads);
+            /* the gradient of the kept weights, every row: grad v^T */
+            mac((const float *)grads, cols * LANES, 1, size, nq, values_t, chunks, chunks, dscores, chunks, wide);
             for (int64_t i = 0; i < nq; i++) {
                 int64_t at = p_off[s] + (h * nq + i) * n;
                 const uint16_t *y = probs + at;
@@ -331,7 +329,6 @@ CLONES_FMA void attention_backward_bf16(const uint16_t *restrict grad, const uin
                 for (int64_t j = 0; j < stride; j++) keeps[j] = keep_mask((uint32_t)(at + j), lo, hi, dropped);
                 for (int64_t j = 0; j < stride; j++)
                     w[j] = kept_weight(probs_f[j], keeps[j], keep_scale);
-                row_times((const float *)(grads + i * cols), values_t, size, chunks, dscores + i * chunks);
                 float lane_dot[LANES] = {0};
                 for (int64_t j = 0; j < stride; j += LANES)
                     for (int l = 0; l < LANES; l++) { /* y dy, dy the gradient of the probs */
@@ -341,17 +338,16 @@ CLONES_FMA void attention_backward_bf16(const uint16_t *restrict grad, const uin
                 float dot = 0.0f;
                 for (int l = 0; l < LANES; l++) dot += lane_dot[l];
                 for (int64_t j = 0; j < stride; j++) r[j] = (r[j] - probs_f[j] * dot) * scaling; /* y (dy - dot) */
-                weighted_sum(r, keys, n, cols, sum);
-                store_bf16(sum, size, dq + (q0 + i) * width + h * size);
             }
-            for (int64_t j = 0; j < n; j++) {
-                column_weighted_sum((const float *)kept + j, stride, grads, nq, cols, sum);
-                store_bf16(sum, size, dv + (k0 + j) * width + h * size);
-                column_weighted_sum((const float *)dscores + j, stride, queries, nq, cols, sum);
-                store_bf16(sum, size, dk + (k0 + j) * width + h * size);
-            }
+            /* dq = dscores k; dv = kept^T grad; dk = dscores^T q (each output row written once) */
+            mac((const float *)dscores, stride, 1, n, nq, keys, cols, cols, sums, cols, wide);
+            for (int64_t i = 0; i < nq; i++) store_bf16(sums + i * cols, size, dq + (q0 + i) * width + h * size);
+            mac((const float *)kept, 1, stride, nq, n, grads, cols, cols, sums, cols, wide);
+            for (int64_t j = 0; j < n; j++) store_bf16(sums + j * cols, size, dv + (k0 + j) * width + h * size);
+            mac((const float *)dscores, 1, stride, nq, n, queries, cols, cols, sums, cols, wide);
+            for (int64_t j = 0; j < n; j++) store_bf16(sums + j * cols, size, dk + (k0 + j) * width + h * size);
         }
     }
-    free(keys), free(values_t), free(queries), free(grads), free(kept), free(dscores), free(sum);
+    free(keys), free(values_t), free(queries), free(grads), free(kept), free(dscores), free(sums);
 }
 #pragma GCC pop_options
