@@ -179,8 +179,8 @@ static INLINE void columns_to_float(const uint16_t *src, int64_t rows, int64_t w
    of fused multiply-adds (a chain's latency would otherwise stall), where
    a row at a time loaded every vector once per row and ran 2-4 chains.
    Each output is one chain over t in order, so its rounding does not
-   depend on the block it fell in. `wide` (AVX-512) takes 4 x 4 blocks;
-   else 2 x 2, whose 4 accumulators fit AVX2's 16 registers. */
+   depend on the block it fell in. AVX-512 takes 4 x 4 blocks; else
+   2 x 2, whose 4 accumulators fit AVX2's 16 registers. */
 static INLINE void mac_block(const float *w, int64_t rs, int64_t ts, int64_t terms, const vec *rows,
                              int64_t rstride, vec *out, int64_t ostride, const int R, const int C) {
     vec acc[4][4] = {{{0}}};
@@ -202,8 +202,8 @@ static INLINE void mac_block(const float *w, int64_t rs, int64_t ts, int64_t ter
 /* One function (a clone per ISA, called by the attention's clones), not
    inlined into every call: its 16 block shapes compile once. */
 CLONES_FMA static void mac(const float *w, int64_t rs, int64_t ts, int64_t terms, int64_t count, const vec *rows,
-                           int64_t rstride, int64_t cols, vec *out, int64_t ostride, int wide) {
-    int64_t most = wide ? 4 : 2;
+                           int64_t rstride, int64_t cols, vec *out, int64_t ostride) {
+    int64_t most = __builtin_cpu_supports("avx512f") ? 4 : 2;
     for (int64_t r0 = 0; r0 < count; r0 += most)
         for (int64_t c0 = 0; c0 < cols; c0 += most) {
             int64_t R = count - r0 < most ? count - r0 : most, C = cols - c0 < most ? cols - c0 : most;
@@ -259,19 +259,18 @@ CLONES_FMA void attention_forward_bf16(const uint16_t *restrict q, const uint16_
     uint32_t lo = (uint32_t)seed, hi = (uint32_t)(seed >> 32);
     int64_t width = heads * size, cols = chunks_of(size), most = longest(k_off, first_seq, seqs);
     int64_t most_q = longest(q_off, first_seq, seqs), most_chunks = chunks_of(most);
-    int wide = __builtin_cpu_supports("avx512f");
     vec *keys_t = scratch(size * most_chunks), *values = scratch(most * cols), *scores = scratch(most_q * most_chunks);
     vec *context = scratch(most_q * cols);
-    float *queries = (float *)scratch(most_q * cols);
+    vec *queries = scratch(most_q * cols);
     for (int64_t s = first_seq; s < first_seq + seqs; s++) {
         int64_t k0 = k_off[s], n = k_off[s + 1] - k0, q0 = q_off[s], nq = q_off[s + 1] - q0, chunks = chunks_of(n);
         int64_t stride = chunks * LANES;
         for (int64_t h = 0; h < heads; h++) {
             columns_to_float(k + k0 * width + h * size, n, width, size, keys_t);
             rows_to_float(v + k0 * width + h * size, n, width, size, values);
-            for (int64_t i = 0; i < nq; i++)
-                for (int64_t c = 0; c < size; c++) queries[i * size + c] = bf16_value(q[(q0 + i) * width + h * size + c]) * scaling;
-            mac(queries, size, 1, size, nq, keys_t, chunks, chunks, scores, chunks, wide);
+            rows_to_float(q + q0 * width + h * size, nq, width, size, queries);
+            for (int64_t i = 0; i < nq * cols; i++) queries[i] *= scaling;
+            mac((const float *)queries, cols * LANES, 1, size, nq, keys_t, chunks, chunks, scores, chunks);
             for (int64_t i = 0; i < nq; i++) {
                 float *r = (float *)(scores + i * chunks);
                 float inverse = 1.0f / softmax_numerators(r, n, stride);
@@ -281,7 +280,7 @@ CLONES_FMA void attention_forward_bf16(const uint16_t *restrict q, const uint16_
                 for (int64_t j = 0; j < n; j++)
                     r[j] = kept_weight(bf16_value(y[j]), keep_mask((uint32_t)(at + j), lo, hi, dropped), keep_scale);
             }
-            mac((const float *)scores, stride, 1, n, nq, values, cols, cols, context, cols, wide);
+            mac((const float *)scores, stride, 1, n, nq, values, cols, cols, context, cols);
             for (int64_t i = 0; i < nq; i++) store_bf16(context + i * cols, size, out + (q0 + i) * width + h * size);
         }
     }
@@ -304,7 +303,6 @@ CLONES_FMA void attention_backward_bf16(const uint16_t *restrict grad, const uin
     uint32_t lo = (uint32_t)seed, hi = (uint32_t)(seed >> 32);
     int64_t width = heads * size, cols = chunks_of(size), most = longest(k_off, first_seq, seqs);
     int64_t most_q = longest(q_off, first_seq, seqs), most_chunks = chunks_of(most);
-    int wide = __builtin_cpu_supports("avx512f");
     vec *keys = scratch(most * cols), *values_t = scratch(size * most_chunks), *queries = scratch(most_q * cols);
     vec *grads = scratch(most_q * cols), *kept = scratch(most_q * most_chunks), *dscores = scratch(most_q * most_chunks);
     vec *sums = scratch((most > most_q ? most : most_q) * cols);
@@ -319,7 +317,7 @@ CLONES_FMA void attention_backward_bf16(const uint16_t *restrict grad, const uin
             rows_to_float(q + q0 * width + h * size, nq, width, size, queries);
             rows_to_float(grad + q0 * width + h * size, nq, width, size, grads);
             /* the gradient of the kept weights, every row: grad v^T */
-            mac((const float *)grads, cols * LANES, 1, size, nq, values_t, chunks, chunks, dscores, chunks, wide);
+            mac((const float *)grads, cols * LANES, 1, size, nq, values_t, chunks, chunks, dscores, chunks);
             for (int64_t i = 0; i < nq; i++) {
                 int64_t at = p_off[s] + (h * nq + i) * n;
                 const uint16_t *y = probs + at;
@@ -340,11 +338,11 @@ CLONES_FMA void attention_backward_bf16(const uint16_t *restrict grad, const uin
                 for (int64_t j = 0; j < stride; j++) r[j] = (r[j] - probs_f[j] * dot) * scaling; /* y (dy - dot) */
             }
             /* dq = dscores k; dv = kept^T grad; dk = dscores^T q (each output row written once) */
-            mac((const float *)dscores, stride, 1, n, nq, keys, cols, cols, sums, cols, wide);
+            mac((const float *)dscores, stride, 1, n, nq, keys, cols, cols, sums, cols);
             for (int64_t i = 0; i < nq; i++) store_bf16(sums + i * cols, size, dq + (q0 + i) * width + h * size);
-            mac((const float *)kept, 1, stride, nq, n, grads, cols, cols, sums, cols, wide);
+            mac((const float *)kept, 1, stride, nq, n, grads, cols, cols, sums, cols);
             for (int64_t j = 0; j < n; j++) store_bf16(sums + j * cols, size, dv + (k0 + j) * width + h * size);
-            mac((const float *)dscores, 1, stride, nq, n, queries, cols, cols, sums, cols, wide);
+            mac((const float *)dscores, 1, stride, nq, n, queries, cols, cols, sums, cols);
             for (int64_t j = 0; j < n; j++) store_bf16(sums + j * cols, size, dk + (k0 + j) * width + h * size);
         }
     }
