@@ -98,3 +98,17 @@ def test_calls_split_the_work_evenly_and_cover_every_sequence():
     assert attention._split([9, 9, 6, 6, 6, 2], 2) == [(0, 3), (3, 3)]
     assert attention._split([5], 2) == [(0, 1)]
     assert attention._split([1, 1, 1, 1], 1) == [(0, 4)]
+
+
+def test_no_memory_for_the_scratch_is_one_clear_error_not_a_crash(kernel):
+    """A sequence too long for the kernel's scratch (aligned_alloc fails): the call computes nothing and
+    returns 1, and the rank raises MemoryError naming the length and the fix, both ways."""
+    huge = 1 << 40  # the scratch would be terabytes; the data is never read
+    offsets = tuple(torch.tensor([0, huge], dtype=torch.int64) for _ in range(3))
+    plan = attention.Layout(offsets, scores=HEADS, calls=[(0, 1)])
+    q = torch.zeros(1, HEADS * SIZE, dtype=torch.bfloat16)
+    args = (HEADS, SIZE ** -0.5, 0, 0, 1.0)
+    with pytest.raises(MemoryError, match=f"sequences of up to {huge} tokens.*train.batch_size"):
+        kernel.attention(q, q, q, plan, *args)
+    with pytest.raises(MemoryError, match="backward found no memory"):
+        kernel.attention_backward(q, q, q, q, q.new_zeros(HEADS), plan, *args)

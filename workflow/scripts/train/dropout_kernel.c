@@ -251,7 +251,7 @@ static INLINE float kept_weight(float prob, uint32_t keep, float keep_scale) {
     return float_of(((uint32_t)round_bf16(prob * keep_scale) << 16) & keep);
 }
 
-CLONES_FMA void attention_forward_bf16(const uint16_t *restrict q, const uint16_t *restrict k,
+CLONES_FMA int attention_forward_bf16(const uint16_t *restrict q, const uint16_t *restrict k,
                                        const uint16_t *restrict v, const int64_t *k_off, const int64_t *q_off,
                                        const int64_t *p_off, int64_t first_seq, int64_t seqs, int64_t heads,
                                        int64_t size, float scaling, uint64_t seed, uint32_t dropped,
@@ -262,7 +262,8 @@ CLONES_FMA void attention_forward_bf16(const uint16_t *restrict q, const uint16_
     vec *keys_t = scratch(size * most_chunks), *values = scratch(most * cols), *scores = scratch(most_q * most_chunks);
     vec *context = scratch(most_q * cols);
     vec *queries = scratch(most_q * cols);
-    for (int64_t s = first_seq; s < first_seq + seqs; s++) {
+    int failed = !keys_t || !values || !scores || !context || !queries;
+    for (int64_t s = first_seq; !failed && s < first_seq + seqs; s++) {
         int64_t k0 = k_off[s], n = k_off[s + 1] - k0, q0 = q_off[s], nq = q_off[s + 1] - q0, chunks = chunks_of(n);
         int64_t stride = chunks * LANES;
         for (int64_t h = 0; h < heads; h++) {
@@ -285,6 +286,7 @@ CLONES_FMA void attention_forward_bf16(const uint16_t *restrict q, const uint16_
         }
     }
     free(keys_t), free(values), free(scores), free(context), free(queries);
+    return failed; /* 1: out of memory for the scratch, nothing computed */
 }
 
 /* Its backward, from the gradient of out and the probs forward kept: per
@@ -293,7 +295,7 @@ CLONES_FMA void attention_forward_bf16(const uint16_t *restrict q, const uint16_
    gradient of q; then key by key those of k and v from the rows' kept
    weights and score gradients (each a sum in registers, every row of dq,
    dk and dv written once). */
-CLONES_FMA void attention_backward_bf16(const uint16_t *restrict grad, const uint16_t *restrict q,
+CLONES_FMA int attention_backward_bf16(const uint16_t *restrict grad, const uint16_t *restrict q,
                                         const uint16_t *restrict k, const uint16_t *restrict v,
                                         const uint16_t *restrict probs, const int64_t *k_off, const int64_t *q_off,
                                         const int64_t *p_off, int64_t first_seq, int64_t seqs, int64_t heads,
@@ -306,9 +308,11 @@ CLONES_FMA void attention_backward_bf16(const uint16_t *restrict grad, const uin
     vec *keys = scratch(most * cols), *values_t = scratch(size * most_chunks), *queries = scratch(most_q * cols);
     vec *grads = scratch(most_q * cols), *kept = scratch(most_q * most_chunks), *dscores = scratch(most_q * most_chunks);
     vec *sums = scratch((most > most_q ? most : most_q) * cols);
-    float probs_f[most_chunks * LANES];
-    uint32_t keeps[most_chunks * LANES];
-    for (int64_t s = first_seq; s < first_seq + seqs; s++) {
+    /* on the heap: a row's length is the caller's, the stack is not sized for it */
+    float *restrict probs_f = (float *)scratch(most_chunks);
+    uint32_t *restrict keeps = (uint32_t *)scratch(most_chunks);
+    int failed = !keys || !values_t || !queries || !grads || !kept || !dscores || !sums || !probs_f || !keeps;
+    for (int64_t s = first_seq; !failed && s < first_seq + seqs; s++) {
         int64_t k0 = k_off[s], n = k_off[s + 1] - k0, q0 = q_off[s], nq = q_off[s + 1] - q0, chunks = chunks_of(n);
         int64_t stride = chunks * LANES;
         for (int64_t h = 0; h < heads; h++) {
@@ -347,5 +351,7 @@ CLONES_FMA void attention_backward_bf16(const uint16_t *restrict grad, const uin
         }
     }
     free(keys), free(values_t), free(queries), free(grads), free(kept), free(dscores), free(sums);
+    free(probs_f), free(keeps);
+    return failed; /* 1: out of memory for the scratch, nothing computed */
 }
 #pragma GCC pop_options

@@ -40,7 +40,7 @@ class Kernel:
         self.attention_forward_call.argtypes = [pointer] * 3 + offsets + [pointer] * 2
         self.attention_backward_call = lib.attention_backward_bf16
         self.attention_backward_call.argtypes = [pointer] * 5 + offsets + [pointer] * 3
-        self.attention_forward_call.restype = self.attention_backward_call.restype = None
+        self.attention_forward_call.restype = self.attention_backward_call.restype = ctypes.c_int  # 1: no memory
 
     def dropout(self, x: torch.Tensor, seed: int, dropped: int, scale: float) -> torch.Tensor:
         """x x scale where kept, else 0: a new contiguous tensor."""
@@ -64,7 +64,7 @@ class Kernel:
                                            count, heads, size, scaling, seed, dropped, keep_scale,
                                            probs.data_ptr(), out.data_ptr()), CHUNK, (q, k, v, out, probs, layout))
                  for first, count in layout.calls]
-        run(calls)
+        enough_memory(run(calls), "forward", layout)
         return out, probs
 
     def attention_backward(self, grad, q, k, v, probs, layout, heads: int, scaling: float, seed: int,
@@ -78,7 +78,7 @@ class Kernel:
                    first, count, heads, size, scaling, seed, dropped, keep_scale, dq.data_ptr(), dk.data_ptr(),
                    dv.data_ptr()), CHUNK, (grad, q, k, v, probs, dq, dk, dv, layout))
                  for first, count in layout.calls]
-        run(calls)
+        enough_memory(run(calls), "backward", layout)
         return dq, dk, dv
 
     def agrees_with_its_definition(self) -> bool:
@@ -90,6 +90,15 @@ class Kernel:
         want = torch.where(keep_reference(4096, 0x123456789ABCDEF0, dropped(0.25)), x * 2.0, 0.0)
         half = self.dropout(x.bfloat16(), 0x123456789ABCDEF0, dropped(0.25), 1.1)
         return torch.equal(y, want) and torch.equal(half, torch.where(kept, x.bfloat16() * 1.1, 0.0).bfloat16())
+
+
+def enough_memory(results: list, doing: str, layout) -> None:
+    """The attention calls return 1 where their scratch could not be allocated (nothing computed)."""
+    if any(results):
+        keys = layout.offsets[0]
+        raise MemoryError(f"the attention kernel's {doing} found no memory for its scratch (sequences of up to "
+                          f"{int((keys[1:] - keys[:-1]).max())} tokens); free memory on this node or lower "
+                          "train.batch_size")
 
 
 def draw_seed() -> int:
