@@ -21,10 +21,10 @@ from workflow.scripts.settings.hostfile import check_nodes
 from workflow.scripts.settings.adapters import lora_problem
 from workflow.scripts.settings.layers import coerce
 from workflow.scripts.settings.model_id import is_hub_id_form
+from workflow.scripts.settings.schema import SCHEMA
 from workflow.scripts.settings.recipe import RecipeError, apply_required_threads, with_task_defaults
 from workflow.scripts.common.tasks import formats_for, get_task
 
-SCHEMA_PATH = Path(__file__).resolve().parents[2] / "schemas" / "config.schema.yaml"
 SWEEP_SECTIONS = sweeps.SECTIONS
 
 
@@ -33,7 +33,8 @@ class ConfigError(ValueError):
 
 
 def load_schema() -> dict:
-    return yaml.safe_load(SCHEMA_PATH.read_text())
+    """The schema as read once at import (settings/schema.py), a copy for the caller to keep."""
+    return copy.deepcopy(SCHEMA)
 
 
 def _key_path(error: jsonschema.ValidationError) -> str:
