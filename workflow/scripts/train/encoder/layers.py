@@ -16,7 +16,7 @@ from torch import nn
 
 from workflow.scripts.train.dropout_kernel import KernelDropout
 from workflow.scripts.train.encoder import attention as packed_attention
-from workflow.scripts.train.encoder.packing import Packed
+from workflow.scripts.train.encoder.packing import Packed, bucketed_rows
 from workflow.scripts.train.encoder.spec import Spec
 
 
@@ -54,7 +54,8 @@ class Embeddings(nn.Module):
         self.project = nn.Linear(spec.embedding, spec.hidden) if spec.embedding != spec.hidden else None
         self.p = spec.hidden_dropout
 
-    def forward(self, ids, position_ids, token_type_ids, kernel, grad_pool=None) -> torch.Tensor:
+    def forward(self, ids, position_ids, token_type_ids, kernel, grad_pool=None, rows: int = 0) -> torch.Tensor:
+        """[tokens, hidden], zero rows appended up to `rows` (bucketed_rows) before the projection."""
         if grad_pool is not None:  # the word embedding's gradient in a table kept across steps
             from workflow.scripts.train.embedding_grad import _ReusedGradEmbedding
 
@@ -65,8 +66,13 @@ class Embeddings(nn.Module):
             types = torch.zeros_like(ids) if token_type_ids is None else token_type_ids
             x = x + self.token_type(types)
         x = self.norm(x + self.position(position_ids))
-        x = dropout(x, self.p, self.training, kernel)
+        x = _pad_rows(dropout(x, self.p, self.training, kernel), rows)
         return x if self.project is None else self.project(x)
+
+
+def _pad_rows(x: torch.Tensor, rows: int) -> torch.Tensor:
+    """x with zero rows appended up to `rows` (none where it has as many)."""
+    return F.pad(x, (0, 0, 0, rows - x.shape[0])) if rows > x.shape[0] else x
 
 
 class Layer(nn.Module):
@@ -87,13 +93,19 @@ class Layer(nn.Module):
                                                              spec.hidden_dropout)
 
     def forward(self, x: torch.Tensor, packed: Packed, kernel, first_token: bool = False) -> torch.Tensor:
-        """x: [tokens, hidden] -> [tokens, hidden], or [sequences, hidden] (each
-        sequence's first token) with first_token; keys and values from every token."""
-        training = self.training
+        """x: [rows, hidden] -> [rows, hidden], or [sequences, hidden] (each
+        sequence's first token) with first_token; keys and values from every
+        token. Rows past the packed tokens (bucketed_rows) take part in every
+        row-wise op and in no attention: their outputs reach no token, so
+        their gradients are zero."""
+        training, tokens = self.training, packed.tokens
         residual = x.index_select(0, packed.first_rows()) if first_token else x
+        query = self.query(residual)
         context = packed_attention.attention(
-            self.query(residual), self.key(x), self.value(x), packed, self.heads, self.scaling,
-            self.p_attention if training else 0.0, first_token, kernel)
+            query if first_token else query[:tokens], self.key(x)[:tokens], self.value(x)[:tokens], packed,
+            self.heads, self.scaling, self.p_attention if training else 0.0, first_token, kernel)
+        if not first_token:
+            context = _pad_rows(context, x.shape[0])
         attended = dropout(self.attention_output(context), self.p_attention_output, training, kernel)
         attended = self.attention_norm(attended + residual)
         out = dropout(self.ffn_out(self.act(self.ffn_in(attended))), self.p, training, kernel)
@@ -113,12 +125,21 @@ class Encoder(nn.Module):
 
     def forward(self, ids, position_ids, token_type_ids, packed: Packed) -> torch.Tensor:
         """[tokens, hidden] for every token, or [sequences, hidden] of the first
-        tokens alone where the head reads nothing else (packed order)."""
-        x = self.embeddings(ids, position_ids, token_type_ids, self.kernel, self.grad_pool)
+        tokens alone where the head reads nothing else (packed order). Where
+        the matmuls run in bf16 (oneDNN) the rows are padded to bucketed_rows
+        inside, so that a few row counts recur across steps."""
+        rows = bucketed_rows(packed.tokens) if _bf16_matmuls(self.layers[0].query.weight) else 0
+        x = self.embeddings(ids, position_ids, token_type_ids, self.kernel, self.grad_pool, rows)
         *inner, last = self.layers
         for layer in inner:
             x = layer(x, packed, self.kernel)
         out = last(x, packed, self.kernel, first_token=self.first_token_only)
         if self.reads_first_tokens and not self.first_token_only:
-            out = out.index_select(0, packed.first_rows())
-        return out
+            return out.index_select(0, packed.first_rows())
+        return out if self.first_token_only else out[:packed.tokens]
+
+
+def _bf16_matmuls(weight: torch.Tensor) -> bool:
+    """Whether the encoder's matmuls run in bf16: bf16 weights (bf16_master), or bf16 autocast."""
+    return weight.dtype == torch.bfloat16 or (torch.is_autocast_enabled("cpu")
+                                              and torch.get_autocast_dtype("cpu") == torch.bfloat16)
