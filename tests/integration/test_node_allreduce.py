@@ -3,7 +3,8 @@ shm), on real processes: two ranks get gloo's gradients bit for bit (with
 the embedding's row all-reduce and gradient accumulation too, and chunks
 far smaller than a bucket); three ranks get one sum, equal on every rank;
 a rank that dies is named by the others at once instead of a hang; no
-shared-memory file is left behind."""
+shared-memory file is left behind; a late rank's wait inside these
+synchronous hooks is counted as exposed all-reduce time."""
 
 from __future__ import annotations
 
@@ -180,3 +181,35 @@ def test_one_rank_has_nothing_to_reduce(tmp_path):
     results = mp.Manager().dict()
     mp.spawn(single, args=(f"file://{tmp_path / 'store'}", results), nprocs=1, join=True)
     assert results["one"] == "one rank: there is nothing to all-reduce"
+
+
+def late_rank(rank: int, init: str, results: dict) -> None:
+    """Rank 1 starts each backward 0.3 s late: rank 0's synchronous shared-memory
+    hooks wait for it inside the backward, which is exposed all-reduce time."""
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=2)
+    try:
+        node, _ = node_allreduce.create(timeout_s=60, chunk_bytes=CHUNK)
+        torch.manual_seed(0)
+        model = BertForSequenceClassification(CONFIG)
+        timer = comm.CommTimer("none", rows_of=model.get_input_embeddings().weight, node=node, warmup=1)
+        ddp = DDP(model, gradient_as_bucket_view=True, bucket_cap_mb=0.05)
+        ddp.register_comm_hook(timer, comm.CommTimer.hook)
+        for _ in range(4):
+            timer.begin_update()
+            loss = ddp(input_ids=torch.randint(1, 1000, (4, 12)), labels=torch.zeros(4, dtype=torch.long)).loss
+            time.sleep(0.3 if rank == 1 else 0.0)
+            timer.backward(loss)
+        timer.begin_update()
+        results[rank] = timer.step_split()
+    finally:
+        dist.destroy_process_group()
+
+
+def test_the_wait_inside_synchronous_hooks_is_exposed(tmp_path):
+    results = mp.Manager().dict()
+    mp.spawn(late_rank, args=(f"file://{tmp_path / 'store'}", results), nprocs=2, join=True)
+    waiting, late = results[0], results[1]
+    assert len(waiting["buckets"]) > 1, waiting  # the wait is in a hook before the last one
+    assert waiting["exposed_seconds"] >= 0.25, waiting
+    assert late["exposed_seconds"] < 0.1, late
+    assert waiting["compute_seconds"] < waiting["update_seconds"] - 0.25, waiting
