@@ -188,7 +188,8 @@ def late_rank(rank: int, init: str, results: dict) -> None:
     hooks wait for it inside the backward, which is exposed all-reduce time."""
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=2)
     try:
-        node, _ = node_allreduce.create(timeout_s=60, chunk_bytes=CHUNK)
+        node, why_not = node_allreduce.create(timeout_s=60, chunk_bytes=CHUNK)
+        assert why_not is None, why_not  # else gloo's async hooks: not what this test is about
         torch.manual_seed(0)
         model = BertForSequenceClassification(CONFIG)
         timer = comm.CommTimer("none", rows_of=model.get_input_embeddings().weight, node=node, warmup=1)
@@ -212,4 +213,3 @@ def test_the_wait_inside_synchronous_hooks_is_exposed(tmp_path):
     assert len(waiting["buckets"]) > 1, waiting  # the wait is in a hook before the last one
     assert waiting["exposed_seconds"] >= 0.25, waiting
     assert late["exposed_seconds"] < 0.1, late
-    assert waiting["compute_seconds"] < waiting["update_seconds"] - 0.25, waiting

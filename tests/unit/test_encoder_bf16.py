@@ -78,13 +78,25 @@ def test_bucketed_rows_recur_and_pad_little():
     assert len({bucketed_rows(n) for n in range(600, 1000)}) == 14  # a task's range: a dozen matmul shapes
 
 
+def rows_seen(model) -> list[int]:
+    """The row counts the first layer's FFN matmul is called with, as the model runs."""
+    seen = []
+    model.encoder.layers[0].ffn_in.register_forward_hook(lambda module, args, out: seen.append(args[0].shape[0]))
+    return seen
+
+
 @pytest.mark.parametrize("task", ["classification", "qa"])
 def test_bucketed_rows_change_no_number(task, monkeypatch, hash_dropout_kernel):
-    """Training's bf16 forward and backward, dropout on, with the rows padded
-    (50 tokens -> 56) and without: the same numbers, up to the order of sums."""
+    """Training's bf16 forward and backward, the hash kernel's dropout on, with
+    the rows padded (50 tokens -> 56) and without: the same numbers, up to the
+    order of sums (the kernel's masks follow each element's index; torch's
+    dropout would draw the padded rows' masks too and shift the rest)."""
+    if hash_dropout_kernel[0] is None:
+        pytest.skip(f"the dropout kernel did not build: {hash_dropout_kernel[1]}")
     hf = tiny_hf("Bert", task, hidden_dropout_prob=0.2, attention_probs_dropout_prob=0.1)
-    model, _ = encoder.build(hf, task, hash_dropout=hash_dropout_kernel[0] is not None)
+    model, _ = encoder.build(hf, task, hash_dropout=True)
     master.to_bf16_encoder(model)
+    seen = rows_seen(model)
     inputs = batch(LENGTHS, 12, task)
     assert bucketed_rows(sum(LENGTHS)) == 56
     model.train()
@@ -93,8 +105,26 @@ def test_bucketed_rows_change_no_number(task, monkeypatch, hash_dropout_kernel):
     monkeypatch.setattr(layers, "bucketed_rows", lambda tokens: tokens)
     torch.manual_seed(3)
     plain = run(model, inputs, task)
+    assert seen == [56, 50]
     for name, value in plain[0].items():
         torch.testing.assert_close(padded[0][name], value, atol=1e-2, rtol=1e-2, msg=name)
     assert padded[1].keys() == plain[1].keys()
     for name, grad in plain[1].items():
         assert (padded[1][name].float() - grad.float()).norm() <= 0.02 * grad.norm() + 1e-4, name
+
+
+def test_rows_are_padded_where_the_matmuls_run_in_bf16_only():
+    """bf16 autocast over fp32 weights pads as bf16 weights do; fp32 does not
+    (MKL compiles nothing per shape). ELECTRA's projection gets the padded rows."""
+    model, _ = encoder.build(tiny_hf("Electra", "classification"), "classification",  # embeddings 16 wide
+                             hash_dropout=False)
+    seen = rows_seen(model)
+    project = []
+    model.encoder.embeddings.project.register_forward_hook(lambda m, args, out: project.append(args[0].shape[0]))
+    inputs = batch(LENGTHS, 12, "classification")
+    model.eval()
+    with torch.no_grad():
+        model(**inputs)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            model(**inputs)
+    assert seen == [50, 56] and project == [50, 56]

@@ -5,8 +5,9 @@ DDP calls the comm hook when a bucket's gradients are ready; after the
 last call the backward computation is done, so whatever time backward()
 still takes is spent waiting for the all-reduce to finish. A hook that
 reduces before it returns (the node's shared memory, the embedding's rows)
-holds the backward while it does: its time counts as exposed too (an
-async backend's hook returns at once). Counting only the tail had put a
+holds the backward while it does: its time counts as exposed too, as does
+a compression hook's own work before it hands the bucket to the backend
+(a cast, PowerSGD's matmuls); gloo's plain hook returns at once. Counting only the tail had put a
 2 x 1 MiniLM update's exposed all-reduce under 1 ms when its one
 synchronous bucket took 44 ms of 330. The hook also
 counts buckets and the backward passes that reduced (with gradient
