@@ -24,6 +24,7 @@ import pytest
 from helpers.workflow import snakemake, write_config
 from workflow.scripts.data import demo
 from workflow.scripts.probes import hardware, intel, oneccl
+from workflow.scripts.train import ccl_shm
 
 pytestmark = [pytest.mark.intel,
               pytest.mark.skipif(os.environ.get("CPUDDP_INTEL_STACK") != "1",
@@ -64,8 +65,18 @@ def ccl_run(tmp_path_factory, tiny_model_dir):
     """`backend: ccl`, IPEX off, fp32: the bindings alone."""
     assert intel.installed_versions()[intel.CCL_PACKAGE], \
         "CPUDDP_INTEL_STACK=1 but oneccl_bind_pt is not installed; run `make intel-venv`"
-    return tiny_run(tmp_path_factory.mktemp("ccl"), tiny_model_dir, {"ipex": False, "precision": "fp32"},
-                    {"backend": "ccl"})
+    before = shm_regions()
+    run = tiny_run(tmp_path_factory.mktemp("ccl"), tiny_model_dir, {"ipex": False, "precision": "fp32"},
+                   {"backend": "ccl"})
+    LEFT_BEHIND[:] = sorted(shm_regions() - before)
+    return run
+
+
+LEFT_BEHIND: list[str] = []  # what ccl_run's ranks left in /dev/shm
+
+
+def shm_regions() -> set[str]:
+    return {p.name for p in ccl_shm.SHM.glob("*:*:*") if ccl_shm.REGION.fullmatch(p.name)}
 
 
 def read_json(path: Path) -> dict:
@@ -164,6 +175,12 @@ def test_ccl_run_records_ccl_and_what_was_set(ccl_run):
             "FI_PROVIDER": "tcp", "FI_TCP_IFACE": "lo", "CCL_KVS_IFACE": "lo", "I_MPI_HYDRA_IFACE": "lo",
             "CCL_ROOT": sys.prefix}
     assert {k: env["ccl_env"].get(k) for k in want} == want and env["ccl_env_overridden"] == []
+
+
+def test_a_ccl_run_leaves_no_shared_memory_behind(ccl_run):
+    """libfabric's shm provider leaves each rank's 64 MiB region in /dev/shm
+    (train/ccl_shm.py): the ranks unlink their own as they leave."""
+    assert LEFT_BEHIND == []
 
 
 def test_every_rank_ran_on_the_compiled_oneccl(ccl_run):

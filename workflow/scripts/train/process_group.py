@@ -24,6 +24,7 @@ import torch.distributed as dist
 from workflow.scripts.probes import oneccl
 from workflow.scripts.launch import ccl
 from workflow.scripts.launch.ranks import DistEnv
+from workflow.scripts.train import ccl_shm
 
 RECORDED_PREFIXES = ("CCL_", "FI_", "I_MPI_HYDRA_IFACE")
 # Building the model (loading, compiling a kernel, DDP's first broadcast) and
@@ -37,6 +38,7 @@ SETUP_MINUTES = 10.0
 
 def init(backend: str, env: DistEnv, timeout_minutes: float) -> None:
     if backend == "ccl":
+        ccl_shm.remove()  # regions of this user's ccl ranks killed before they left (train/ccl_shm.py)
         os.environ.update(ccl.local_variables(env.local_rank, env.local_world_size))
         import oneccl_bindings_for_pytorch  # noqa: F401  registers the ccl backend
     dist.init_process_group(backend, rank=env.rank, world_size=env.world_size,
@@ -99,7 +101,10 @@ def joined(backend: str, env: DistEnv, timeout_minutes: float):
 def leave() -> None:
     gc.collect()  # modules sit in reference cycles; a Reducer in one holds the group
     time.sleep(0.05)  # lets gloo's workers take the GIL and free their last work
+    backend = dist.get_backend()
     dist.destroy_process_group()
+    if backend == "ccl":
+        ccl_shm.remove(own=True)  # libfabric's shm regions would outlive the rank
 
 
 def live_ddp_models() -> list:
