@@ -7,9 +7,9 @@ still takes is spent waiting for the all-reduce to finish. A hook that
 reduces before it returns (the node's shared memory, the embedding's rows)
 holds the backward while it does: its time counts as exposed too, as does
 a compression hook's own work before it hands the bucket to the backend
-(a cast, PowerSGD's matmuls); gloo's plain hook returns at once. Counting only the tail had put a
-2 x 1 MiniLM update's exposed all-reduce under 1 ms when its one
-synchronous bucket took 44 ms of 330. The hook also
+(a cast, PowerSGD's matmuls); gloo's plain hook returns at once. Counting
+only the tail had put a 2 x 1 MiniLM update's exposed all-reduce under
+1 ms when its one synchronous bucket took 44 ms of 330. The hook also
 counts buckets and the backward passes that reduced (with gradient
 accumulation, one in `accumulation`), and, after the first `warmup`
 updates (DDP rebuilds its buckets after the first), times each update and

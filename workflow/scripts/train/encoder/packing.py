@@ -96,7 +96,7 @@ def from_offsets(cu_seqlens) -> Packed:
 def bucketed_rows(tokens: int) -> int:
     """`tokens` rounded up to a multiple of 1/32 of the next power of two
     (at least 8): 800 -> 800, 801 -> 832, 210 -> 216. oneDNN compiles a bf16
-    matmul's kernels for each new row count, 3-10 ms a shape on an AMX
+    matmul's kernels for each new row count, 3-14 ms a shape on an AMX
     Xeon (fp32's MKL path does not), and packed batches bring a new token
     count nearly every step: a MiniLM step took 0.24-0.26 s on new counts
     against 0.19 s on one it had seen. Buckets of 1/32 leave a task a
