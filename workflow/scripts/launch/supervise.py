@@ -19,11 +19,14 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import psutil
 
@@ -170,6 +173,22 @@ def pid_alive(pid: int) -> bool:
         return False
     except psutil.AccessDenied:
         return True
+
+
+def unlink_own_files(folder: Path, name: re.Pattern, doomed: Callable[[int], bool]) -> list[Path]:
+    """Unlink this user's files in `folder` whose whole name matches `name`
+    (the pid that made the file its first group) and whose pid is `doomed`;
+    the ones removed. Another user's files, or a gone one's, are left be."""
+    removed = []
+    for path in folder.iterdir() if folder.is_dir() else []:
+        found = name.fullmatch(path.name)
+        try:
+            if found and path.lstat().st_uid == os.geteuid() and doomed(int(found[1])):
+                path.unlink()
+                removed.append(path)
+        except OSError:  # gone already, or not ours to remove
+            continue
+    return removed
 
 
 def descendants(pid: int) -> list[psutil.Process]:

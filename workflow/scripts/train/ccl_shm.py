@@ -16,7 +16,7 @@ import os
 import re
 from pathlib import Path
 
-from workflow.scripts.launch.supervise import pid_alive
+from workflow.scripts.launch.supervise import pid_alive, unlink_own_files
 
 SHM = Path("/dev/shm")
 REGION = re.compile(r"(\d+):\d+:\d+")
@@ -25,16 +25,5 @@ REGION = re.compile(r"(\d+):\d+:\d+")
 def remove(folder: Path = SHM, own: bool = False) -> list[Path]:
     """Unlink this user's regions whose process is gone, or with `own` this
     process's; the ones removed. Another user's, or a live rank's, stay."""
-    removed = []
-    for path in folder.glob("*:*:*") if folder.is_dir() else []:
-        found = REGION.fullmatch(path.name)
-        if not found:
-            continue
-        pid = int(found[1])
-        try:
-            if path.lstat().st_uid == os.geteuid() and (pid == os.getpid() if own else not pid_alive(pid)):
-                path.unlink()
-                removed.append(path)
-        except OSError:  # gone already, or not ours to remove
-            continue
-    return removed
+    mine = os.getpid()
+    return unlink_own_files(folder, REGION, (lambda pid: pid == mine) if own else (lambda pid: not pid_alive(pid)))

@@ -37,12 +37,13 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from workflow.scripts.launch.supervise import pid_alive
+from workflow.scripts.launch.supervise import pid_alive, unlink_own_files
 
 CHUNK_BYTES = 8 << 20  # per rank; a chunk is copied in, added, then the slots are free again
 LINE = 64  # bytes per rank's counter: one cache line each, so ranks never write the same line
 SHM = Path("/dev/shm")
 PREFIX = "cpuddp-allreduce-"  # then the creator's pid, a dash and a random hex name
+STALE = re.compile(re.escape(PREFIX) + r"(\d+)-[0-9a-f]+")
 
 
 class NodeAllReduce:
@@ -122,16 +123,7 @@ def create_file(path: Path, size: int) -> None:
 def remove_stale(folder: Path = SHM) -> list[Path]:
     """Unlink this user's all-reduce files whose creating process is gone
     (killed before it could unlink them); the ones removed."""
-    stale = []
-    for path in folder.glob(PREFIX + "*"):
-        found = re.fullmatch(re.escape(PREFIX) + r"(\d+)-[0-9a-f]+", path.name)
-        try:
-            if found and path.lstat().st_uid == os.geteuid() and not pid_alive(int(found[1])):
-                path.unlink()
-                stale.append(path)
-        except OSError:  # gone already, or not ours to remove
-            continue
-    return stale
+    return unlink_own_files(folder, STALE, lambda pid: not pid_alive(pid))
 
 
 def _map(path: Path, rank: int, size: int) -> torch.Tensor:
