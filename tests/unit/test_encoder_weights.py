@@ -83,3 +83,53 @@ def test_weight_decay_groups_are_transformers():
     model, _ = encoder.build(hf, "classification", hash_dropout=False)
     mapping = names(model, hf.base_model_prefix)
     assert {mapping[name] for name in undecayed_names(model)} == undecayed_names(hf)
+
+
+def _refuse_transformers_loading(monkeypatch):
+    import transformers
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("loaded through transformers' model code")
+
+    for auto in (transformers.AutoModelForSequenceClassification, transformers.AutoModelForQuestionAnswering):
+        monkeypatch.setattr(auto, "from_pretrained", refuse)
+
+
+@pytest.mark.parametrize("task", ["classification", "qa"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_saved_folder_is_read_back_without_transformers_model_code(kind, task, tmp_path, monkeypatch):
+    """A rank reads the folder's safetensors itself (transformers' model code costs
+    3-4 s of its start): every family, prefixed names, the values as saved."""
+    model, _ = encoder.build(tiny_hf(kind, task), task, hash_dropout=False)
+    model.save_pretrained(tmp_path)
+    _refuse_transformers_loading(monkeypatch)
+    again, _ = encoder.build(tmp_path, task, hash_dropout=False)
+    for (name, value), (_, want) in zip(again.state_dict().items(), model.state_dict().items(), strict=True):
+        assert torch.equal(value, want), name
+    assert not again.training
+
+
+def test_folders_the_encoder_does_not_read_go_through_transformers(tiny_model_dir, tmp_path, monkeypatch):
+    """A sharded folder, or one whose head has another shape, is transformers' to
+    load: it reads the first, and says what is wrong with the second."""
+    import shutil
+
+    import transformers
+
+    torch.manual_seed(3)
+    sharded = tmp_path / "sharded"
+    transformers.AutoModelForSequenceClassification.from_pretrained(tiny_model_dir).save_pretrained(
+        sharded, max_shard_size="100KB")
+    assert not (sharded / "model.safetensors").exists()
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(tiny_model_dir / name, sharded / name)
+    model, _ = encoder.build(sharded, "classification", hash_dropout=False)
+    hf = transformers.AutoModelForSequenceClassification.from_pretrained(sharded)
+    torch.testing.assert_close(model.head.out.weight, hf.classifier.weight, atol=0, rtol=0)
+    saved = tmp_path / "two-labels"
+    model.save_pretrained(saved)
+    with pytest.raises(RuntimeError, match="mismatched_sizes"):  # 2 labels saved, 3 asked for
+        encoder.build(saved, "classification", hash_dropout=False, num_labels=3)
+    _refuse_transformers_loading(monkeypatch)
+    with pytest.raises(AssertionError, match="through transformers"):
+        encoder.build(saved, "classification", hash_dropout=False, num_labels=3)

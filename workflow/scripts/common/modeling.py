@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForQuestionAnswering, AutoModelForSequenceClassification, AutoTokenizer
 
 from workflow.scripts.common import tasks
 from workflow.scripts.common.errors import UserError
@@ -18,6 +17,8 @@ WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_mo
 
 
 def load_tokenizer(model: str, trust_remote_code: bool = False):
+    from transformers import AutoTokenizer
+
     try:
         tokenizer = AutoTokenizer.from_pretrained(model, trust_remote_code=trust_remote_code)
     except (OSError, ValueError) as err:
@@ -60,30 +61,41 @@ def check_tokenizer_fits(model, tokenizer, name: str) -> None:
                         f"only {vocab}: tokenizer and model do not match")
 
 
+def head_settings(task: tasks.Task) -> dict:
+    """from_pretrained's config arguments for the task's head: its labels and problem type."""
+    if task.is_qa:
+        return {}
+    if task.is_regression:
+        return {"num_labels": 1, "problem_type": "regression"}
+    labels = list(task.label_names)
+    return {"num_labels": len(labels), "id2label": dict(enumerate(labels)),
+            "label2id": {name: i for i, name in enumerate(labels)},
+            "problem_type": "multi_label_classification" if task.multi_label else "single_label_classification"}
+
+
 def load_model(model: str, task: tasks.Task, trust_remote_code: bool = False, tokenizer=None,
                attention: str | None = None):
     """A pretrained model with the task's head (new heads start random);
     `attention`: its attn_implementation (train.speed.attention)."""
+    from transformers import AutoModelForQuestionAnswering, AutoModelForSequenceClassification
+
     check_weights(model)
     common = {"trust_remote_code": trust_remote_code, "use_safetensors": Path(model).is_dir() or None}
     if attention:
         common["attn_implementation"] = attention
-    if task.is_qa:
-        loaded = AutoModelForQuestionAnswering.from_pretrained(model, **common)
-    elif task.is_regression:
-        loaded = AutoModelForSequenceClassification.from_pretrained(
-            model, num_labels=1, problem_type="regression", **common)
-    else:
-        labels = list(task.label_names)
-        problem = "multi_label_classification" if task.multi_label else "single_label_classification"
-        loaded = AutoModelForSequenceClassification.from_pretrained(
-            model, num_labels=len(labels), id2label=dict(enumerate(labels)), problem_type=problem,
-            label2id={name: i for i, name in enumerate(labels)}, **common)
+    auto = AutoModelForQuestionAnswering if task.is_qa else AutoModelForSequenceClassification
+    loaded = auto.from_pretrained(model, **head_settings(task), **common)
     if tokenizer is not None:
-        check_tokenizer_fits(loaded, tokenizer, model)
-        if loaded.config.pad_token_id is None:  # decoder classifiers find each row's last token by it
-            loaded.config.pad_token_id = tokenizer.pad_token_id
+        fit_tokenizer(loaded, tokenizer, model)
     return loaded
+
+
+def fit_tokenizer(model, tokenizer, name: str) -> None:
+    """The tokenizer's ids fit the embeddings; a decoder classifier, which finds
+    each row's last token by the pad id, gets the tokenizer's."""
+    check_tokenizer_fits(model, tokenizer, name)
+    if model.config.pad_token_id is None:
+        model.config.pad_token_id = tokenizer.pad_token_id
 
 
 def accepted_columns(model, columns) -> list[str]:

@@ -15,7 +15,7 @@ from workflow.scripts.common import tasks
 from workflow.scripts.probes import intel
 from workflow.scripts.settings.decisions import RunDecisions
 from workflow.scripts.common.errors import UserError
-from workflow.scripts.common.modeling import accepted_columns, autocast_for, load_model, load_tokenizer, takes_packed
+from workflow.scripts.common.modeling import accepted_columns, autocast_for, load_tokenizer, takes_packed
 from workflow.scripts.settings.views import TrainSettings, TrainView
 from workflow.scripts.launch.ranks import DistEnv
 from workflow.scripts.data.arrow_split import ArrowSplit
@@ -211,10 +211,8 @@ def build(cfg: TrainView, decisions: RunDecisions, data_dir: str, env: DistEnv, 
     train_cfg = cfg.train
     torch.manual_seed(train_cfg.seed)  # identical init; DDP broadcasts rank 0's anyway
     tokenizer = load_tokenizer(cfg.model, cfg.trust_remote_code)
-    loaded = load_model(cfg.model, task, cfg.trust_remote_code, tokenizer)
-    model, choice = model_code.build(train_cfg.model_code, loaded, task.is_qa, decisions.ipex, decisions.levers,
-                                     lora=train_cfg.lora is not None)
-    del loaded
+    model, choice = model_code.load(train_cfg.model_code, cfg.model, task, tokenizer, decisions.ipex, decisions.levers,
+                                    lora=train_cfg.lora is not None, trust_remote_code=cfg.trust_remote_code)
     log.info(choice.line())
     model, adapters = lora.apply(model, train_cfg.lora)  # train.lora: peft's adapters, the rest frozen
     if adapters:

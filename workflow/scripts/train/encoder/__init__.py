@@ -13,13 +13,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import torch
+
 from workflow.scripts.train.encoder.model import PackedModel
 from workflow.scripts.train.encoder.spec import spec_of, why_not
-from workflow.scripts.train.encoder.weights import load_transformers_state, to_transformers, transformers_class
+from workflow.scripts.train.encoder.weights import (HEAD_CLASS, class_name, load_transformers_state, read_folder,
+                                                   to_transformers, transformers_class)
 
-HEAD_CLASS = {"classification": "ForSequenceClassification", "qa": "ForQuestionAnswering"}
-
-__all__ = ["PackedModel", "build", "to_transformers"]
+__all__ = ["PackedModel", "build", "to_transformers", "why_not"]
 
 
 def build(source, task: str, hash_dropout: bool = True, **from_pretrained) -> tuple[PackedModel | None, str | None]:
@@ -35,19 +36,32 @@ def build(source, task: str, hash_dropout: bool = True, **from_pretrained) -> tu
         config = AutoConfig.from_pretrained(source, **from_pretrained)
         if reason := why_not(config, task):
             return None, reason
-        hf_model = transformers_class(config, task).from_pretrained(source, **from_pretrained)
+        model = _unset(spec_of(config, task), config)
+        if not read_folder(model, source):  # a Hub id, sharded or older files: transformers reads them
+            load_transformers_state(model, transformers_class(config, task).from_pretrained(source, **from_pretrained))
+        model.eval()  # as from_pretrained gives a model
     else:
         hf_model, config = source, source.config
         if reason := why_not(config, task):
             return None, reason
         if not type(hf_model).__name__.endswith(HEAD_CLASS.get(task, "?")):
             return None, f"{type(hf_model).__name__} is not a {task} head ({HEAD_CLASS.get(task)})"
-    model = PackedModel(spec_of(config, task), config)
-    load_transformers_state(model, hf_model)
-    model.train(hf_model.training)
-    model.choices["encoder"] = f"cpuddp's packed encoder ({config.model_type}, {type(hf_model).__name__}'s weights)"
+        model = _unset(spec_of(config, task), config)
+        load_transformers_state(model, hf_model)
+        model.train(hf_model.training)
+    model.choices["encoder"] = f"cpuddp's packed encoder ({config.model_type}, {class_name(config, task)}'s weights)"
     model.choices["dropout"] = _pick_dropout(model, hash_dropout)
     return model, None
+
+
+def _unset(spec, config) -> PackedModel:
+    """The model's modules, their values still to be set: torch's random
+    state is left as it was, so that a new head starts as transformers
+    would start it from the same seed."""
+    state = torch.get_rng_state()
+    model = PackedModel(spec, config)
+    torch.set_rng_state(state)
+    return model
 
 
 def _pick_dropout(model: PackedModel, hash_dropout: bool) -> str:

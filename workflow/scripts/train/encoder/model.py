@@ -62,6 +62,6 @@ class PackedModel(nn.Module):
 
     def save_pretrained(self, folder, **kwargs) -> None:
         """A folder that transformers' AutoModelFor*.from_pretrained loads unchanged (fp32)."""
-        from workflow.scripts.train.encoder.weights import to_transformers
+        from workflow.scripts.train.encoder.weights import write_folder
 
-        to_transformers(self).save_pretrained(folder, **kwargs)
+        write_folder(self, folder)

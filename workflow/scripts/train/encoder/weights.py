@@ -1,7 +1,12 @@
 """Parameter names between transformers' checkpoints of the BERT family
-and cpuddp's encoder, both ways, from one table."""
+and cpuddp's encoder, both ways, from one table; and the checkpoint files
+read and written directly (safetensors and config.json), so that a rank
+never imports transformers' model code (3-4 s of each rank's start)."""
 
 from __future__ import annotations
+
+import copy
+from pathlib import Path
 
 import torch
 
@@ -17,6 +22,11 @@ LAYER = {"query": "attention.self.query", "key": "attention.self.key", "value": 
 DISTILBERT_LAYER = {"query": "attention.q_lin", "key": "attention.k_lin", "value": "attention.v_lin",
                     "attention_output": "attention.out_lin", "attention_norm": "sa_layer_norm",
                     "ffn_in": "ffn.lin1", "ffn_out": "ffn.lin2", "ffn_norm": "output_layer_norm"}
+# model_type -> the name its transformers classes start with.
+CLASS = {"bert": "Bert", "roberta": "Roberta", "xlm-roberta": "XLMRoberta", "camembert": "Camembert",
+         "electra": "Electra", "distilbert": "DistilBert"}
+HEAD_CLASS = {"classification": "ForSequenceClassification", "qa": "ForQuestionAnswering"}
+WEIGHTS_FILE = "model.safetensors"
 # Our head's modules -> transformers' names (from the model's root), per family and task.
 HEAD = {("bert", "classification"): {"dense": "{prefix}.pooler.dense", "out": "classifier"},
         ("roberta", "classification"): {"dense": "classifier.dense", "out": "classifier.out_proj"},
@@ -59,6 +69,77 @@ def load_transformers_state(model, hf_model) -> None:
     frozen = {n for n, p in hf_model.named_parameters() if not p.requires_grad}
     for ours, parameter in model.named_parameters():
         parameter.requires_grad_(mapping[ours] not in frozen)
+
+
+def class_name(config, task: str) -> str:
+    """transformers' class of this config with the task's head (BertForSequenceClassification ...)."""
+    return CLASS[config.model_type] + HEAD_CLASS[task]
+
+
+def checkpoint_keys(folder) -> set[str] | None:
+    """The tensor names of `folder`'s single model.safetensors, or None
+    (none, or sharded: transformers' from_pretrained reads those)."""
+    from safetensors import safe_open
+
+    path = Path(folder) / WEIGHTS_FILE
+    if not path.is_file():
+        return None
+    with safe_open(path, "pt") as weights:
+        return set(weights.keys())
+
+
+def read_folder(model, folder) -> bool:
+    """Our parameters from `folder`'s model.safetensors as transformers'
+    from_pretrained sets them: checkpoint names with or without the base
+    model prefix (a base model's folder), each tensor's value as saved, a
+    head the checkpoint lacks (a new classifier, BERT's pooler) started
+    as transformers starts a new Linear, from the current torch seed.
+    False, with nothing changed, where the folder is not of that layout
+    (an encoder weight missing, a shape that differs): the caller loads
+    through transformers, which says what is wrong."""
+    from safetensors import safe_open
+
+    keys = checkpoint_keys(folder)
+    if keys is None:
+        return False
+    prefix, shapes = model.spec.kind, {name: value.shape for name, value in model.state_dict().items()}
+    found, missing = {}, []
+    for ours, hf in names(model, prefix).items():
+        bare = hf.removeprefix(prefix + ".")
+        key = hf if hf in keys else bare if bare != hf and bare in keys else None
+        (missing.append(ours) if key is None else found.update({ours: key}))
+    if any(not name.startswith("head.") for name in missing):
+        return False
+    with safe_open(Path(folder) / WEIGHTS_FILE, "pt") as weights:
+        values = {ours: weights.get_tensor(key) for ours, key in found.items()}
+    if any(values[ours].shape != shapes[ours] for ours in values):
+        return False
+    with torch.no_grad():
+        model.load_state_dict(values, strict=False)
+        for module in dict.fromkeys(name.rsplit(".", 1)[0] for name in missing):  # in the head's order
+            layer = model.get_submodule(module)  # transformers' _init_weights for a Linear
+            layer.weight.normal_(mean=0.0, std=model.config.initializer_range)
+            layer.bias.zero_()
+    return True
+
+
+def write_folder(model, folder) -> None:
+    """config.json and model.safetensors (fp32) as transformers' save_pretrained
+    writes them for this model with its head: AutoModelFor*.from_pretrained loads
+    the folder unchanged."""
+    from safetensors.torch import save_file
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    config = copy.deepcopy(model.config)
+    if model.spec.task == "classification" and model.head.problem_type and not config.problem_type:
+        config.problem_type = model.head.problem_type
+    config.architectures = [class_name(config, model.spec.task)]
+    config.dtype = "float32"
+    config.save_pretrained(folder)
+    mapping = names(model, model.spec.kind)
+    tensors = {mapping[ours]: value.detach().float().contiguous() for ours, value in model.state_dict().items()}
+    save_file(tensors, str(folder / WEIGHTS_FILE), metadata={"format": "pt"})
 
 
 def transformers_class(config, task: str):
