@@ -99,7 +99,7 @@ def _refuse_transformers_loading(monkeypatch):
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_saved_folder_is_read_back_without_transformers_model_code(kind, task, tmp_path, monkeypatch):
     """A rank reads the folder's safetensors itself (transformers' model code costs
-    3-4 s of its start): every family, prefixed names, the values as saved."""
+    about 2 s of its start): every family, prefixed names, the values as saved."""
     model, _ = encoder.build(tiny_hf(kind, task), task, hash_dropout=False)
     model.save_pretrained(tmp_path)
     _refuse_transformers_loading(monkeypatch)

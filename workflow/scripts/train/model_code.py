@@ -14,6 +14,7 @@ from workflow.scripts.common import tasks
 from workflow.scripts.common.errors import UserError
 from workflow.scripts.common.modeling import fit_tokenizer, head_settings, load_model
 from workflow.scripts.train import encoder
+from workflow.scripts.train.encoder.weights import WEIGHTS_FILE
 
 
 @dataclass(frozen=True)
@@ -36,18 +37,18 @@ def load(setting: str, name: str, task: tasks.Task, tokenizer, ipex: bool, lever
          trust_remote_code: bool = False) -> tuple[object, Choice]:
     """(the model to train, the choice) for the model folder or Hub id `name`.
     cpuddp's encoder reads a local folder's model.safetensors itself, so the
-    rank never imports transformers' model code (3-4 s of each rank's start,
-    measured 2026-11-29); every other case loads through transformers and build."""
+    rank never imports transformers' model code (about 2 s of a rank's start
+    to its first step, measured 2026-11-29); every other case loads through
+    transformers and build."""
     kind = "qa" if task.is_qa else "classification"
-    if setting != "transformers" and not lora and not ipex and (Path(name) / "model.safetensors").is_file():
+    if setting != "transformers" and not lora and not ipex and (Path(name) / WEIGHTS_FILE).is_file():
         from transformers import AutoConfig
 
-        config = AutoConfig.from_pretrained(name)
+        config = AutoConfig.from_pretrained(name, trust_remote_code=trust_remote_code, **head_settings(task))
         if encoder.why_not(config, kind) is None and config.pad_token_id is not None:
-            model, _ = encoder.build(name, kind, hash_dropout=_hash_dropout(levers), **head_settings(task))
-            if model is not None:
-                fit_tokenizer(model, tokenizer, name)
-                return _chosen(model, setting, kind, levers)
+            model, _ = encoder.build(name, kind, hash_dropout=_hash_dropout(levers), config=config)
+            fit_tokenizer(model, tokenizer, name)
+            return _chosen(model, setting, kind, levers)
     loaded = load_model(name, task, trust_remote_code, tokenizer)
     return build(setting, loaded, task.is_qa, ipex, levers, lora)
 

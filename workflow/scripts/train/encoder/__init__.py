@@ -27,13 +27,14 @@ def build(source, task: str, hash_dropout: bool = True, **from_pretrained) -> tu
     """(our model with `source`'s weights, None) or (None, why not).
 
     source: a model folder or Hub id (loaded with AutoModelFor*.from_pretrained
-    and `from_pretrained`'s arguments: num_labels, problem_type ...), or a
+    and `from_pretrained`'s arguments: num_labels, problem_type ..., or the
+    config already read, config=), or a
     transformers model with the task's head. hash_dropout: dropout from the
     hash kernel where it builds (train/dropout_kernel.py), else torch's."""
     if isinstance(source, (str, Path)):
         from transformers import AutoConfig
 
-        config = AutoConfig.from_pretrained(source, **from_pretrained)
+        config = from_pretrained.get("config") or AutoConfig.from_pretrained(source, **from_pretrained)
         if reason := why_not(config, task):
             return None, reason
         model = _unset(spec_of(config, task), config)
