@@ -97,6 +97,7 @@ def test_artifact_is_verified_and_int8(quantized_run):
     meta = json.loads((artifact / artifacts.META_FILE).read_text())
     assert (artifact / artifacts.IR_FILE).is_file() and (artifact / "openvino_model.bin").is_file()
     assert meta["stack"] == "openvino" and meta["calibration_samples"] == 32
+    assert meta["source_ir"] == "results/tiny/default/model_openvino"  # converted once, by convert_openvino
     assert meta["versions"]["openvino"] and meta["versions"]["nncf"]
     assert meta["verification"] == {"rows": 40, "max_abs_diff": 0.0}
     # 2 layers x (q, k, v, attention output, intermediate, output) + pooler + classifier

@@ -15,15 +15,15 @@ def test_a_model_openvino_cannot_convert_leaves_one_line_why(tmp_path, capsys):
                       "int8 and fp32 OpenVINO drop out of the deploy candidates")
     assert "aten::cat" in capsys.readouterr().err  # the whole traceback goes to the rule's log
     meta = convert.not_converted(tmp_path / "model_openvino", reason)
-    assert meta["converted"] is False and convert.dropped(tmp_path / "model_openvino") == reason
+    assert meta["converted"] is False and artifacts.why_not_converted(tmp_path / "model_openvino") == reason
     assert sorted(p.name for p in (tmp_path / "model_openvino").iterdir()) == [convert.META_FILE]
 
 
 def test_a_converted_model_is_not_dropped(tmp_path):
     (tmp_path / convert.META_FILE).write_text('{"stack": "openvino", "converted": true}')
-    assert convert.dropped(tmp_path) is None
+    assert artifacts.why_not_converted(tmp_path) is None
     (tmp_path / convert.META_FILE).write_text('{"stack": "openvino"}')  # written before the marker existed
-    assert convert.dropped(tmp_path) is None
+    assert artifacts.why_not_converted(tmp_path) is None
 
 
 def test_int8_that_cannot_be_made_is_a_skip_record(tmp_path):

@@ -42,10 +42,12 @@ rule convert_openvino:
         " --data {input.data:q} --out {output:q} 2> {log:q}"
 
 
+# The OpenVINO stack quantizes convert_openvino's fp32 IR (one conversion a run).
 rule quantize_static:
     input:
         cfg="results/{experiment}/{run}/config/quantize.json",
         model="results/{experiment}/{run}/model",
+        openvino="results/{experiment}/{run}/model_openvino",
         data=run_tokens,
     output:
         directory("results/{experiment}/{run}/model_int8"),
@@ -56,7 +58,7 @@ rule quantize_static:
     threads: machine_cores()
     shell:
         "python -m workflow.scripts.infer.quantize --config {input.cfg:q} --model {input.model:q}"
-        " --data {input.data:q} --out {output:q} 2> {log:q}"
+        " --openvino {input.openvino:q} --data {input.data:q} --out {output:q} 2> {log:q}"
 
 
 # Eager fp32, OpenVINO fp32 and OpenVINO int8 timed side by side in one job.

@@ -7,8 +7,6 @@ import inspect
 import sys
 from pathlib import Path
 
-import torch
-
 from workflow.scripts.common import tasks
 from workflow.scripts.common.errors import UserError
 
@@ -118,5 +116,7 @@ def autocast_for(precision: str):
     A model trained in bf16_master is evaluated as bf16's is (its weights
     are saved in fp32); its training step uses no autocast (train/master.py)."""
     if precision in ("bf16", "bf16_master"):
+        import torch  # here: the tokenize step imports this module and never needs torch
+
         return lambda: torch.autocast("cpu", dtype=torch.bfloat16)
     return contextlib.nullcontext

@@ -1,7 +1,7 @@
 """fp32 OpenVINO step (convert_openvino): the fine-tuned model as OpenVINO IR.
 
-The same conversion quantize.py starts from (stacks.to_openvino, dynamic
-batch and length), saved without compression as `openvino_model.xml/.bin`
+The one conversion of a run (stacks.to_openvino, dynamic batch and
+length), which quantize.py also starts from, saved without compression as `openvino_model.xml/.bin`
 beside the tokenizer and config.json, so that evaluate_runtimes compares
 int8 with fp32 in the same runtime, and so that fp32 OpenVINO can be the
 deployed model where it is the fastest. `convert.json`, written last,
@@ -27,7 +27,7 @@ from workflow.scripts.infer.runtime import load_for_eval, model_inputs
 from workflow.scripts.data.arrow_split import ArrowSplit
 from workflow.scripts.data.batching import pad_collate
 
-META_FILE = "convert.json"
+META_FILE = artifacts.CONVERT_META_FILE
 
 
 def convert(model_dir, tokenized_dir, out_dir, task_name: str) -> dict:
@@ -67,12 +67,6 @@ def not_converted(out_dir, reason: str) -> dict:
     with atomic_dir(out_dir) as tmp:
         write_json(tmp / META_FILE, meta)
     return meta
-
-
-def dropped(model_dir) -> str | None:
-    """Why there is no fp32 OpenVINO model in `model_dir`, or None when there is one."""
-    meta = artifacts.read_meta(model_dir, META_FILE, "convert_openvino", "OpenVINO fp32 model")
-    return None if meta.get("converted", True) else meta["reason"]
 
 
 def load_converted(model_dir, shapes: str = "dynamic", buckets=None, pad_id: int = 0, threads: int | None = None):

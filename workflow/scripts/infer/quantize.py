@@ -1,7 +1,7 @@
 """Static INT8 quantization step: calibrate, quantize, save, reload, verify.
 
-The fine-tuned model (save_pretrained folder) is converted to OpenVINO and
-quantized by NNCF: activation ranges come from N training samples, every
+The fp32 OpenVINO IR of the convert_openvino step (the fine-tuned model
+converted once, for both) is quantized by NNCF: activation ranges come from N training samples, every
 Linear layer gets INT8 weights (per channel) and INT8 activations (per
 tensor), and the result is saved as OpenVINO IR (`openvino_model.xml/.bin`,
 the layout optimum-intel also reads) beside the tokenizer and config.json.
@@ -12,8 +12,10 @@ the evaluation set to equal the in-memory quantized model's, and checks that
 the CPU plugin really runs every Linear layer in INT8. `quantize.json`,
 written last, records the stack, versions, calibration and the checks.
 
-`stack: ipex` quantizes with Intel Extension for PyTorch instead (TorchScript
-artifact), when it is installed with the torch it pairs with.
+Where OpenVINO could not convert the model, int8 drops out with the same
+reason. `stack: ipex` quantizes the fine-tuned PyTorch model with Intel
+Extension for PyTorch instead (TorchScript artifact), when it is installed
+with the torch it pairs with.
 
 Whether to quantize at all is decided here, on the CPU that runs the
 inference rules (policy.quantize_decision): quantization.enabled auto
@@ -51,6 +53,7 @@ def skip(out_dir, decision: dict) -> dict:
 def main(argv=None) -> None:
     parser = step.parser(__doc__.splitlines()[0])
     parser.add_argument("--model", required=True, help="fine-tuned save_pretrained folder")
+    parser.add_argument("--openvino", help="the convert_openvino step's fp32 IR folder, quantized as it is")
     parser.add_argument("--data", required=True, help="tokenized DatasetDict folder")
     parser.add_argument("--out", required=True, help="INT8 artifact folder to write")
     args = parser.parse_args(argv)
@@ -60,6 +63,9 @@ def main(argv=None) -> None:
     decision = {**policy.quantize_decision(settings.enabled, hardware.low_precision_support(cpu["isa_flags"])),
                 "cpu": hardware.cpu_tag(cpu)}
     print(f"quantize: {decision['reason']} {decision['cpu']}", file=sys.stderr)
+    not_converted = args.openvino and settings.stack == "openvino" and artifacts.why_not_converted(args.openvino)
+    if not_converted:  # the OpenVINO stack has no fp32 IR to start from: int8 drops out with it
+        decision = {**decision, "quantize": False, "reason": not_converted}
     if not decision["quantize"]:
         skip(args.out, decision)
         return
@@ -67,7 +73,7 @@ def main(argv=None) -> None:
 
     try:
         meta = int8.quantize(args.model, args.data, args.out, config.task, settings.calibration_samples,
-                             settings.stack, decision=decision)
+                             settings.stack, decision=decision, openvino_dir=args.openvino)
     except Exception as err:  # an architecture the OpenVINO stack cannot take: int8 drops out, the run goes on
         if settings.stack == "ipex":
             raise

@@ -45,7 +45,7 @@ def load_models(args, task, decisions, pad_id: int, buckets: list[int]) -> tuple
     models = {EAGER: runtime.load_eager(args.model, task, decisions.precision, decisions.ipex)}
     variants = {EAGER: [EAGER]}
     loaders = {}
-    if convert.dropped(args.openvino) is None:  # else OpenVINO could not convert this architecture
+    if artifacts.why_not_converted(args.openvino) is None:  # else OpenVINO could not convert this architecture
         loaders["fp32_openvino"] = lambda mode: convert.load_converted(args.openvino, mode, buckets, pad_id)
     if artifacts.is_quantized(args.int8):
         if artifacts.read_meta(args.int8)["stack"] == "ipex":
@@ -184,7 +184,7 @@ def evaluate_runtimes(args, config: RuntimesView, decisions) -> dict:
     meta = artifacts.read_meta(args.int8)
     verdict = speed_gate(entries, gates, meta.get("stack"))
     deploy, why = policy.choose_deploy(entries)
-    if dropped := convert.dropped(args.openvino):
+    if dropped := artifacts.why_not_converted(args.openvino):
         why += f"; dropped: {dropped}"
     return {"cpu": {**cpu, "low_precision": hardware.low_precision_support(cpu["isa_flags"]),
                     "tag": hardware.cpu_tag(cpu)},

@@ -85,14 +85,26 @@ def unconvertible(kind: str | None, err: Exception, doing: str = "convert") -> s
 
 
 def quantize_openvino(model, calibration: list[dict], outputs: tuple[str, ...]):
-    """NNCF post-training static quantization (transformer preset, SmoothQuant)."""
+    """The PyTorch model converted, then quantized (quantize_ir)."""
+    return quantize_ir(to_openvino(model, calibration[0], outputs), calibration)
+
+
+def quantize_ir(ov_model, calibration: list[dict]):
+    """NNCF post-training static quantization (transformer preset, SmoothQuant)
+    of an fp32 OpenVINO model."""
     import nncf
 
-    converted = to_openvino(model, calibration[0], outputs)
-    names = [port.get_any_name() for port in converted.inputs]
+    names = [port.get_any_name() for port in ov_model.inputs]
     dataset = nncf.Dataset([{k: batch[k].numpy() for k in names} for batch in calibration])
-    return nncf.quantize(converted, dataset, model_type=nncf.ModelType.TRANSFORMER,
+    return nncf.quantize(ov_model, dataset, model_type=nncf.ModelType.TRANSFORMER,
                          subset_size=len(calibration))
+
+
+def read_ir(model_dir):
+    """The fp32 OpenVINO model of an IR folder (convert.py's), not compiled."""
+    import openvino as ov
+
+    return ov.Core().read_model(Path(model_dir) / IR_FILE)
 
 
 def compile_openvino(ov_model, threads: int | None = None):
@@ -192,9 +204,7 @@ def wrap_torchscript(module, outputs, inputs) -> CallableModel:
 def load_ir(model_dir, outputs, shapes: str = "dynamic", buckets=None, pad_id: int = 0,
             threads: int | None = None) -> CallableModel:
     """An OpenVINO IR folder ready to call, with dynamic or bucketed shapes (shapes.py)."""
-    import openvino as ov
-
-    ov_model = ov.Core().read_model(Path(model_dir) / IR_FILE)
+    ov_model = read_ir(model_dir)
     if shapes == "dynamic":
         return wrap_openvino(compile_openvino(ov_model, threads), outputs)
     runner = BucketedRunner(ov_model, outputs, buckets, pad_id, lambda m: compile_openvino(m, threads))
