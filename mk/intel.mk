@@ -64,9 +64,12 @@ $(CCL_STAMP): $(INTEL_STAMP)
 # The ccl tests run on the compiled bindings; test_multinode's ccl run needs
 # root (network namespaces). A build that `make test` started in the
 # background is waited for (flock), then found built.
+# Two workers, whole files each, as the integration lane runs (mk/tests.mk):
+# 3:46 against 4:50 in one process (2026-11-29), the files' waiting filled.
 test-intel: need-intel-python need-root
 	$(if $(shell command -v flock),flock $(INTEL_LOCK)) $(MAKE) --no-print-directory -f $(firstword $(MAKEFILE_LIST)) intel-venv
-	CPUDDP_INTEL_STACK=1 PATH=$(INTEL_BIN):$$PATH $(INTEL_BIN)/python -m pytest -q -rs --junitxml=.lanes/intel.xml \
+	CPUDDP_INTEL_STACK=1 OMP_WAIT_POLICY=PASSIVE PATH=$(INTEL_BIN):$$PATH $(INTEL_BIN)/python -m pytest -q -rs \
+		-n 2 --dist loadfile --no-loadscope-reorder --junitxml=.lanes/intel.xml \
 		tests/integration/test_intel.py tests/integration/test_intel_ccl.py tests/integration/test_intel_stack.py tests/integration/test_teardown.py \
 		tests/integration/test_multinode.py::test_ccl_training_across_hosts "tests/integration/test_demo_experiments.py::test_a_demo_experiment_runs_as_checked_in[demo-ccl]"
 
