@@ -65,7 +65,8 @@ $(CCL_STAMP): $(INTEL_STAMP)
 # root (network namespaces). A build that `make test` started in the
 # background is waited for (flock), then found built.
 # Two workers, whole files each, as the integration lane runs (mk/tests.mk):
-# 3:46 against 4:50 in one process (2026-11-29), the files' waiting filled.
+# 3:30 against 4:50 in one process (alone, 2026-11-29; 3:39-3:51 in CI), the
+# files' waiting filled.
 test-intel: need-intel-python need-root
 	$(if $(shell command -v flock),flock $(INTEL_LOCK)) $(MAKE) --no-print-directory -f $(firstword $(MAKEFILE_LIST)) intel-venv
 	CPUDDP_INTEL_STACK=1 OMP_WAIT_POLICY=PASSIVE PATH=$(INTEL_BIN):$$PATH $(INTEL_BIN)/python -m pytest -q -rs \
