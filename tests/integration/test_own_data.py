@@ -23,6 +23,8 @@ def test_own_csv_from_nothing_to_deploy(tmp_path, tiny_model_dir):
     assert run["world_size"] == 2 and run["steps"] == 6
     assert list(run["eval"]["fp32"])[:2] == ["f1_macro", "accuracy"]  # evaluation.metric leads
     assert "f1" not in run["eval"]["fp32"]  # binary f1 only for two classes
+    for name in ("fp32_openvino", "int8"):  # a 4-class head through OpenVINO, and quantized
+        assert {"f1_macro", "accuracy"} <= set(run["eval"][name]) and run["eval"][name]["samples"] == 32, name
     model = tmp_path / "results/demo-news/default/model"
     saved = json.loads((model / "config.json").read_text())
     assert saved["id2label"] == {"0": "1", "1": "2", "2": "3", "3": "4"} and saved["label2id"]["4"] == 3

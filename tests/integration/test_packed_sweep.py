@@ -68,8 +68,9 @@ def test_four_one_node_runs_share_two_hosts_two_at_a_time(cluster):
     work, hosts, mapping = cluster
     cluster_path = cluster_file(work, [hosts[0].name, hosts[1].name], nodes=1)
     argv = [str(BIN / "snakemake"), "--snakefile", str(REPO / "Snakefile"), "--directory", str(work),
-            "--profile", str(REPO / "profiles" / "xeon"), "-j", "4", "--configfile", str(packed_experiment(work)),
-            "--config", f"cluster={cluster_path}"]
+            "--profile", str(REPO / "profiles" / "xeon"), "-j", "4",
+            *(f"results/packed/{run}/train_metrics.json" for run in RUNS),  # the trainings: what is shared
+            "--configfile", str(packed_experiment(work)), "--config", f"cluster={cluster_path}"]
     dry = subprocess.run(on_host(hosts[0], [*argv, "--dry-run"]), capture_output=True, text=True,
                          env=host_env(mapping), timeout=120)
     assert "sweep: 4 runs; up to 2 at once on disjoint nodes of the hostfile's 2" in dry.stderr, dry.stderr[-2000:]
@@ -89,8 +90,8 @@ def test_four_one_node_runs_share_two_hosts_two_at_a_time(cluster):
     assert "rank 0" in tries[0]["error"] and "died without an exit status" in tries[0]["error"], tries
     assert all(len(t["hosts"]) == 1 for t in tries), tries
     assert states[-1] == {}  # the killed try's hosts too
-    summary = json.loads((work / "results/packed/summary.json").read_text())
-    assert [r["run"] for r in summary["runs"]] == RUNS
-    assert all(len(r["hosts"]) == 1 for r in summary["runs"])
-    assert {r["hosts"][0] for r in summary["runs"]} == {hosts[0].name, hosts[1].name}
+    ran_on = [{rank["host"] for rank in json.loads((work / f"results/packed/{run}/train_metrics.json")
+                                                   .read_text())["ranks"]} for run in RUNS]
+    assert all(len(used) == 1 for used in ran_on), ran_on
+    assert set.union(*ran_on) == {hosts[0].name, hosts[1].name}
     print(f"\npacked sweep: 4 runs on 2 hosts in {time.time() - started:.0f} s")

@@ -138,23 +138,23 @@ def test_a_retry_submitted_by_snakemake_resumes_and_finishes(cluster, tiny_model
     """distributed.retries under Slurm: a rank killed inside the allocation
     fails the first try; Snakemake submits the job again (attempt 2), which
     resumes from the newest checkpoint and finishes, the workflow started
-    once. summary.json records both tries."""
+    once. tries.json records both tries (the summary's "tries")."""
     configfile = experiment(tmp_path, tiny_model_dir, "retry", n_train=320,
                             train={"epochs": 4, "checkpoint_every": 10},
                             distributed={"nodes": 2, "processes_per_node": 1, "threads_per_process": 2,
                                          "retries": 1})
     run_dir, rank_logs = tmp_path / "results/retry/default", tmp_path / "logs/train_ddp/retry/default"
-    proc = start(snakemake(cluster, tmp_path, configfile))
+    proc = start(snakemake(cluster, tmp_path, configfile, "results/retry/default/train_metrics.json"))
     wait_until("checkpoint step 10", (run_dir / "checkpoints/step-00000010/COMPLETE").exists, proc)
     victim = logs.read_status(rank_logs, 1)
     os.kill(victim["pid"], signal.SIGKILL)
     out = finish(proc)
     assert proc.returncode == 0, explain(out)
-    run = json.loads((tmp_path / "results/retry/summary.json").read_text())["runs"][0]
-    tries = run["tries"]
+    tries = json.loads((run_dir / "tries.json").read_text())
     assert [(t["try"], t["outcome"]) for t in tries] == [(1, "failed"), (2, "ok")], tries
     assert f"rank 1 on {victim['host']} died without an exit status" in tries[0]["error"], tries
-    assert tries[1]["resumed_from_step"] >= 10 and run["steps"] == 80, run
+    steps = json.loads((run_dir / "train_metrics.json").read_text())["steps"]
+    assert tries[1]["resumed_from_step"] >= 10 and steps == 80, (tries, steps)
     assert (run_dir / "model").is_dir() and not (run_dir / "checkpoints").exists()
     print(f"\nslurm: retried after rank 1 was killed: {tries}")
 

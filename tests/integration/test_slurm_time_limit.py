@@ -66,7 +66,8 @@ def test_a_training_longer_than_its_time_limit_finishes_in_several_jobs(cluster,
                                          "retries": 8})
     rank_logs = tmp_path / "logs/train_ddp/limit/default"
     started = time.monotonic()
-    proc = start(snakemake(cluster, tmp_path, configfile, train_minutes=10))
+    proc = start(snakemake(cluster, tmp_path, configfile, "results/limit/default/train_metrics.json",
+                           train_minutes=10))
     try:
         check_time_limit_run(cluster, tmp_path, proc, rank_logs, started)
     except AssertionError as err:  # keep what a failure in CI needs to be understood
@@ -86,14 +87,15 @@ def check_time_limit_run(cluster, tmp_path, proc, rank_logs, started) -> None:
         slurm.run(cluster, ["scontrol", "update", f"JobId={job}", f"TimeLimit={minutes}"])
     out = finish(proc, timeout=600)
     assert proc.returncode == 0, explain(out)
-    run = json.loads((tmp_path / "results/limit/summary.json").read_text())["runs"][0]
-    tries = run["tries"]
+    run_dir = tmp_path / "results/limit/default"
+    tries = json.loads((run_dir / "tries.json").read_text())
     assert len(tries) >= 2 and [t["outcome"] for t in tries] == ["preempted"] * (len(tries) - 1) + ["ok"], tries
     for earlier, later in zip(tries, tries[1:]):
         step = int(earlier["error"].split("stopped at step ")[1].split()[0])
         assert later["resumed_from_step"] == step, tries  # resumed exactly where it stopped
     assert int(tries[0]["error"].split("stopped at step ")[1].split()[0]) >= STOP_AFTER, tries
-    assert run["steps"] == LIMIT_EPOCHS * STEPS_PER_EPOCH, run
+    steps = json.loads((run_dir / "train_metrics.json").read_text())["steps"]
+    assert steps == LIMIT_EPOCHS * STEPS_PER_EPOCH, steps
     # One job per try, resubmitted by Snakemake (never retried inside an
     # allocation at its limit); every job but the last ended itself (exit 75)
     # before its limit: none timed out.

@@ -55,8 +55,10 @@ def sigterm_raises():
 def run_cli(main, argv=None) -> None:
     """Run a step's main(); known failures end in one line, exit code 1.
     A rule's log gets no terminal escape codes (common/plain.py)."""
+    from workflow.scripts import program_loaded
     from workflow.scripts.common.plain import plain_when_logged
 
+    program_loaded()
     plain_when_logged()
     try:
         main(argv)

@@ -55,4 +55,7 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
+    from workflow.scripts import program_loaded
+
+    program_loaded()
     main()

@@ -150,4 +150,7 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
+    from workflow.scripts import program_loaded
+
+    program_loaded()
     sys.exit(main(sys.argv[1:]))

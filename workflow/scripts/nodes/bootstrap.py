@@ -166,4 +166,7 @@ def standalone_program() -> str:
 
 
 if __name__ == "__main__":
+    from workflow.scripts import program_loaded
+
+    program_loaded()
     main()
