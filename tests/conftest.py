@@ -77,7 +77,7 @@ def lane(item) -> str:
 # long file starts last and runs alone. Much of their time is waiting (Slurm's
 # status polls, timeouts, the other ranks), which a neighbour's work fills.
 # Ordered by each file's summed test time in the last CI run (junit xml).
-LONGEST_FIRST = ("test_architectures.py",  # seven families through the whole chain
+LONGEST_FIRST = ("test_architectures.py",  # six families through the whole chain
                  "test_demo_experiments.py", "test_slurm.py", "test_self_healing.py", "test_fault_tolerance.py",
                  "test_every_task.py", "test_multinode.py", "test_tracking.py", "test_one_try.py",
                  "test_slurm_time_limit.py", "test_lora.py", "test_finished_training.py", "test_best_model.py",

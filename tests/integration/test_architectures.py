@@ -52,7 +52,7 @@ def tiny(kind: str, out, minilm_dir):
     return out
 
 
-@pytest.mark.timeout(2400)  # seven runs of every stage: minutes on a quiet machine, more on a shared one
+@pytest.mark.timeout(2400)  # six runs of every stage: minutes on a quiet machine, more on a shared one
 def test_every_family_finishes_its_run(tmp_path, minilm_dir):
     """One workflow, a sweep over tiny models of every family, quantization on: every run trains,
     saves a model transformers loads with the task's labels, evaluates, quantizes and ends with
