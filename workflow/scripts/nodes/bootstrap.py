@@ -166,7 +166,7 @@ def standalone_program() -> str:
 
 
 if __name__ == "__main__":
-    from workflow.scripts import program_loaded
+    import gc
 
-    program_loaded()
+    gc.enable()  # as program_loaded() would (workflow/scripts/__init__.py): this file also runs alone, on bare nodes
     main()
