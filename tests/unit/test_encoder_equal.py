@@ -127,22 +127,15 @@ def test_the_training_loaders_packed_batch_trains_as_the_padded_one(kind, task):
         torch.testing.assert_close(grad, want[name], atol=1e-6, rtol=1e-5, msg=name)
 
 
-def test_the_last_layer_of_a_classifier_computes_first_tokens_only(monkeypatch):
-    """Keys and values from all 50 tokens (with the queries, in one matmul, but in the
-    last layer); query, output and feed-forward for the 6 first tokens."""
-    from workflow.scripts.train.encoder import layers
-
+def test_the_last_layer_of_a_classifier_computes_first_tokens_only():
+    """Keys and values from all 50 tokens; query, output and feed-forward for the 6 first tokens."""
     model, _ = ours_and_theirs("Bert", "classification")
-    seen, project = [], layers.projections
-
-    def projections(x, linears):
-        seen.append(("qkv"[-len(linears):], tuple(x.shape)))
-        return project(x, linears)
-    monkeypatch.setattr(layers, "projections", projections)
+    seen = []
     for layer in model.encoder.layers:
-        layer.ffn_in.register_forward_hook(lambda module, args, out: seen.append(("ffn", tuple(args[0].shape))))
+        layer.ffn_in.register_forward_hook(lambda module, args, out: seen.append(tuple(args[0].shape)))
+        layer.key.register_forward_hook(lambda module, args, out: seen.append(tuple(args[0].shape)))
     model(**batch(LENGTHS, 12, "classification"))
-    assert seen == [("qkv", (50, 32)), ("ffn", (50, 32))] * 2 + [("kv", (50, 32)), ("ffn", (6, 32))]
+    assert seen == [(50, 32)] * 5 + [(6, 32)]
 
 
 def test_right_padding_is_required():

@@ -75,15 +75,6 @@ def _pad_rows(x: torch.Tensor, rows: int) -> torch.Tensor:
     return F.pad(x, (0, 0, 0, rows - x.shape[0])) if rows > x.shape[0] else x
 
 
-def projections(x: torch.Tensor, linears) -> tuple[torch.Tensor, ...]:
-    """Linear layers of one input as one matmul, their weights side by side:
-    one wider GEMM forward and one per gradient backward, in place of one
-    each per layer (the parameters stay apart, as transformers names them)."""
-    weight = torch.cat([linear.weight for linear in linears])
-    bias = torch.cat([linear.bias for linear in linears])
-    return F.linear(x, weight, bias).split([linear.out_features for linear in linears], dim=-1)
-
-
 class Layer(nn.Module):
     """A post-norm transformer layer (BERT's, DistilBERT's)."""
 
@@ -108,15 +99,10 @@ class Layer(nn.Module):
         row-wise op and in no attention: their outputs reach no token, so
         their gradients are zero."""
         training, tokens = self.training, packed.tokens
-        if first_token:
-            residual = x.index_select(0, packed.first_rows())
-            query, (key, value) = self.query(residual), projections(x, (self.key, self.value))
-        else:
-            residual = x
-            query, key, value = projections(x, (self.query, self.key, self.value))
-            query = query[:tokens]
+        residual = x.index_select(0, packed.first_rows()) if first_token else x
+        query = self.query(residual)
         context = packed_attention.attention(
-            query, key[:tokens], value[:tokens], packed,
+            query if first_token else query[:tokens], self.key(x)[:tokens], self.value(x)[:tokens], packed,
             self.heads, self.scaling, self.p_attention if training else 0.0, first_token, kernel)
         if not first_token:
             context = _pad_rows(context, x.shape[0])
