@@ -40,3 +40,15 @@ def test_imported_by_a_test_or_the_bench_changes_nothing(monkeypatch, collector)
     assert gc.isenabled()
     run_cli(lambda argv: None)
     assert gc.get_freeze_count() == 0
+
+
+def test_every_entry_point_turns_the_collector_back_on():
+    """A module run with -m that never reached program_loaded() would run with the collector off."""
+    from pathlib import Path
+
+    scripts = Path(workflow.scripts.__file__).parent
+    mains = {path: path.read_text().partition('if __name__ == "__main__":')[2] for path in scripts.rglob("*.py")}
+    mains = {path: block for path, block in mains.items() if block}
+    assert len(mains) > 20
+    turned_on = ("run_cli(", "step.entry(", "program_loaded()", "gc.enable()")
+    assert [str(p.relative_to(scripts)) for p, block in mains.items() if not any(t in block for t in turned_on)] == []
