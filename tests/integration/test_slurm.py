@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from helpers.slurm_run import accounting, experiment, explain, finish, rank_log_text, running_training, slurm, \
-    snakemake, start, tres, wait_until
+from helpers.slurm_run import experiment, explain, finish, rank_log_text, running_training, slurm, \
+    settled_accounting, snakemake, start, tres, wait_until
 from helpers.workflow import BIN, REPO
 from workflow.scripts.common import logs
 
@@ -69,10 +69,10 @@ def check_ranks(run_dir: Path, run: dict, nodes: list[str]) -> None:
 def check_allocations(cluster, runs: dict) -> None:
     """Only the environment check and training were submitted (evaluation and
     the report ran on the login host), each sized from its run."""
-    jobs = accounting(cluster)
+    expected = {f"rule_{rule}_wildcards_sweep_{run}" for run in runs for rule in ("environment_check", "train_ddp")}
+    jobs = settled_accounting(cluster, expected)
     mine = {j["Comment"]: j for j in jobs.values() if "wildcards_sweep_" in j["Comment"]}
-    assert sorted(mine) == sorted(f"rule_{rule}_wildcards_sweep_{run}" for run in runs
-                                  for rule in ("environment_check", "train_ddp")), sorted(mine)
+    assert sorted(mine) == sorted(expected), sorted(mine)
     for name, run in runs.items():
         job = mine[f"rule_train_ddp_wildcards_sweep_{name}"]
         alloc = tres(job["AllocTRES"])
