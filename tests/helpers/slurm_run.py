@@ -133,16 +133,14 @@ def accounting(cluster) -> dict[str, dict]:
     return {row.split("|")[0]: dict(zip(names, row.split("|"))) for row in out.splitlines() if row}
 
 
-def settled_accounting(cluster, comments: set[str], timeout: float = 60) -> dict[str, dict]:
-    """sacct's records once slurmdbd holds a finished job for every comment in
-    `comments`: slurmctld sends a job's start and end to slurmdbd a moment
-    after they happen, so a query right after the workflow ends can miss some."""
+def settled_accounting(cluster, settled, timeout: float = 60) -> dict[str, dict]:
+    """accounting() once `settled(records)` holds, or as it is at the timeout:
+    slurmctld sends a job's start and end to slurmdbd a moment after they
+    happen, so a query right after the workflow ends can miss some."""
     deadline = time.monotonic() + timeout
     while True:
         jobs = accounting(cluster)
-        done = {j["Comment"] for j in jobs.values()
-                if j["Comment"] in comments and j["State"] not in ("PENDING", "RUNNING")}
-        if done >= comments or time.monotonic() > deadline:
+        if settled(jobs) or time.monotonic() > deadline:
             return jobs
         time.sleep(2)
 

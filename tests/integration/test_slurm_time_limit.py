@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 
 from helpers.slurm_run import accounting, experiment, explain, finish, rank_log_text, running_training, slurm, \
-    snakemake, start, wait_until
+    settled_accounting, snakemake, start, wait_until
 from workflow.scripts.common import logs
 
 pytestmark = pytest.mark.cluster  # root: munge, slurmdbd, slurmctld, a slurmd per test host
@@ -189,11 +189,10 @@ def job_seconds(cluster, job: str) -> int:
 
 def training_states(cluster, comment: str, count: int) -> list[str]:
     """The states of a rule's jobs in submission order, once slurmdbd has all
-    `count` of them (it records a job's end a moment after the job ends)."""
-    deadline = time.monotonic() + 60
-    while True:
-        jobs = [j for j in accounting(cluster).values() if j["Comment"] == comment]
-        states = [j["State"] for j in sorted(jobs, key=lambda j: int(j["JobID"]))]
-        if len(states) >= count and "RUNNING" not in states or time.monotonic() > deadline:
-            return states
-        time.sleep(2)
+    `count` of them, none running."""
+    def states(jobs: dict) -> list[str]:
+        mine = [j for j in jobs.values() if j["Comment"] == comment]
+        return [j["State"] for j in sorted(mine, key=lambda j: int(j["JobID"]))]
+
+    return states(settled_accounting(cluster, lambda jobs: len(states(jobs)) >= count
+                                     and "RUNNING" not in states(jobs)))
