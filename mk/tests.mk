@@ -16,7 +16,7 @@
 # skipping. Under CI=true a skip fails the run unless the test runs in another
 # target CI calls (tests/conftest.py).
 
-.PHONY: test test-all test-cluster test-fast test-integration test-integration-all lint test-teardown test-chaos need-root need-debs need-intel-python bytecode
+.PHONY: cpu-by-test test test-all test-cluster test-fast test-integration test-integration-all lint test-teardown test-chaos need-root need-debs need-intel-python bytecode
 
 LANE := mk/lane.sh
 PYTEST := PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -q -rs
@@ -115,3 +115,11 @@ test-teardown: venv intel-venv
 ROUNDS ?= 8
 test-chaos: venv
 	CPUDDP_CHAOS_ROUNDS=$(ROUNDS) $(PYTEST) -s tests/integration/test_self_healing.py -k chaos
+
+# Where a lane's CPU goes, by kind of process and by test (mk/cpu_by_test.py):
+# on 2 saturated cores a lane's time follows its CPU, so this is where to
+# look before shortening it. make cpu-by-test [LANE_TO_PROFILE=test-cluster]
+LANE_TO_PROFILE ?= test-integration
+cpu-by-test: venv
+	@mkdir -p .lanes
+	$(BIN)/python mk/cpu_by_test.py .lanes/cpu.jsonl -- $(MAKE) --no-print-directory $(LANE_TO_PROFILE)

@@ -1,0 +1,30 @@
+"""mk/cpu_by_test.py names each recorded process by what it was and by its test."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+SPEC = importlib.util.spec_from_file_location("cpu_by_test", Path(__file__).resolve().parents[2] / "mk/cpu_by_test.py")
+cpu_by_test = importlib.util.module_from_spec(SPEC)
+SPEC.loader.exec_module(cpu_by_test)
+
+
+def test_a_process_is_named_by_its_step_or_program():
+    assert cpu_by_test.kind(["/repo/workflow/scripts/train/rank.py", "--config", "c"]) == "train.rank"
+    assert cpu_by_test.kind(["/repo/workflow/scripts/launch/__main__.py", "--config"]) == "launch"
+    assert cpu_by_test.kind(["/venv/bin/snakemake", "--snakefile", "S"]) == "snakemake"
+    assert cpu_by_test.kind(["-c"]).startswith("python -c")
+    assert cpu_by_test.kind(["/venv/lib/python3.11/site-packages/pytest/__main__.py"]) == "pytest"
+
+
+def test_a_process_is_counted_under_the_test_that_started_it():
+    current = "tests/unit/test_cpu_by_test.py::test_y[a b] (call)"
+    assert cpu_by_test.test_name(current) == "test_cpu_by_test.py::test_y[a b]"
+    assert cpu_by_test.test_name("").startswith("(outside a test")
+
+
+def test_the_tables_add_up_cpu_and_processes_costliest_first():
+    lines = [{"argv": ["a"], "cpu": 1.0, "torch._dynamo": False}, {"argv": ["b"], "cpu": 3.0, "torch._dynamo": True},
+             {"argv": ["a"], "cpu": 1.5, "torch._dynamo": True}]
+    assert cpu_by_test.table(lines, lambda line: line["argv"][0]) == [("b", 1, 3.0, 1), ("a", 2, 2.5, 1)]
