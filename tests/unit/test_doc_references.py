@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-SCANNED = ["Makefile", "config.yaml", *sorted(str(p.relative_to(REPO)) for p in (REPO / "mk").iterdir()),
+SCANNED = ["Makefile", "config.yaml", *sorted(str(p.relative_to(REPO)) for p in (REPO / "mk").rglob("*")
+                                         if p.is_file() and "__pycache__" not in p.parts),
            *sorted(str(p.relative_to(REPO)) for p in (REPO / "workflow").rglob("*")
                    if p.suffix in (".py", ".smk", ".yaml", ".rst", ".md") and "__pycache__" not in p.parts)]
 DOCS = re.compile(r"\bdocs/([\w-]+\.md)(#[\w-]+)?(?:, (.{1,120}))?")
