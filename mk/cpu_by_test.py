@@ -26,23 +26,28 @@ from pathlib import Path
 
 
 def kind(argv: list[str]) -> str:
-    """'train.rank', 'infer.evaluate', 'snakemake', ...: what the process was."""
-    words = " ".join(argv)
-    if "workflow/scripts/" in words:  # python -m workflow.scripts.X puts the module's path in argv[0]
-        module = words.split("workflow/scripts/", 1)[1].split()[0].removesuffix(".py").removesuffix("/__main__")
-        return module.replace("/", ".")
-    if "snakemake" in words:
-        return "snakemake"
-    if "pytest" in words:
-        return "pytest"
-    if argv[:1] == ["-c"]:
+    """'train.rank', 'infer.evaluate', 'snakemake', ...: what the process was, from its
+    program alone (argv[0]; its arguments name test folders such as /tmp/pytest-of-...)."""
+    if not argv:
+        return "?"
+    if argv[0] == "-c":
         return "python -c (test workers, helpers' ranks)"
-    return Path(argv[0]).name if argv else "?"
+    program = Path(argv[0])
+    if "workflow/scripts/" in argv[0]:  # python -m workflow.scripts.X puts the module's path in argv[0]
+        module = argv[0].split("workflow/scripts/", 1)[1].removesuffix(".py").removesuffix("/__main__")
+        return module.replace("/", ".")
+    for name in ("snakemake", "pytest"):  # bin/snakemake, or python -m X: X/__main__.py
+        if program.name == name or name in program.parts:
+            return name
+    return program.name
 
 
 def test_name(current: str) -> str:
     """'test_x.py::test_y[param]' from PYTEST_CURRENT_TEST (its path, '::', the test, ' (call)')."""
-    return current.rsplit(" (", 1)[0].split("/")[-1] if current else "(outside a test: fixtures, workers)"
+    if not current:
+        return "(outside a test: fixtures, workers)"
+    path, _, test = current.rsplit(" (", 1)[0].partition("::")
+    return f"{Path(path).name}::{test}"
 
 
 def table(lines: list[dict], key) -> list[tuple[str, int, float, int]]:
@@ -77,7 +82,8 @@ def main(argv=None) -> int:
     parser.add_argument("--tests", type=int, default=25, help="how many of the costliest tests to list")
     args = parser.parse_args(argv[:argv.index("--")] if command else argv)
     code = run(args.log, command) if command else 0
-    lines = [json.loads(text) for text in args.log.read_text().splitlines() if text.strip()]
+    text = args.log.read_text() if args.log.exists() else ""  # no Python process recorded
+    lines = [json.loads(line) for line in text.splitlines() if line.strip()]
     total = sum(line["cpu"] for line in lines)
     print(f"{len(lines)} Python processes, {total:.0f} CPU s in all")
     print(f"{'CPU s':>7} {'procs':>5} {'s each':>6} {'dynamo':>6}  kind")

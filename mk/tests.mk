@@ -120,6 +120,6 @@ test-chaos: venv
 # on 2 saturated cores a lane's time follows its CPU, so this is where to
 # look before shortening it. make cpu-by-test [LANE_TO_PROFILE=test-cluster]
 LANE_TO_PROFILE ?= test-integration
+# The log lives beside .lanes/, which `make test` and `make test-all` start by removing.
 cpu-by-test: venv
-	@mkdir -p .lanes
-	$(BIN)/python mk/cpu_by_test.py .lanes/cpu.jsonl -- $(MAKE) --no-print-directory $(LANE_TO_PROFILE)
+	$(BIN)/python mk/cpu_by_test.py .cpu-by-test.jsonl -- $(MAKE) --no-print-directory $(LANE_TO_PROFILE)

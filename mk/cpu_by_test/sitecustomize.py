@@ -7,7 +7,8 @@ file as it exits: its CPU seconds (all threads), its command line, the test
 that started it (pytest's PYTEST_CURRENT_TEST, which child processes
 inherit) and whether it loaded torch, torch._dynamo and transformers.
 Without CPUDDP_CPU_LOG it does nothing. A measuring tool for developers,
-never on a user's path."""
+never on a user's path. It hides the interpreter's own sitecustomize while
+it is on the path (Debian's installs only the apport crash hook)."""
 
 import atexit
 import contextlib
@@ -17,6 +18,7 @@ import resource
 import sys
 
 LOG = os.environ.get("CPUDDP_CPU_LOG")
+_recorded = False
 
 
 def _record() -> None:
@@ -37,7 +39,6 @@ def _once() -> None:
 
 
 if LOG:
-    _recorded = False
     atexit.register(_once)
     _exit = os._exit
 

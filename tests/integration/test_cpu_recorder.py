@@ -25,7 +25,7 @@ def test_every_python_process_of_the_command_is_recorded_with_its_test(tmp_path)
         "test_every_python_process_of_the_command_is_recorded_with_its_test"}
     assert all(line["cpu"] >= 0 and line["torch"] is False for line in lines)
     assert "2 Python processes" in done.stdout and "exit 3" in done.stdout
-    assert "test_cpu_by_test.py::test_every_python_process_of_the_command_is_recorded_with_its_test" in done.stdout
+    assert "test_cpu_recorder.py::test_every_python_process_of_the_command_is_recorded_with_its_test" in done.stdout
 
 
 def test_without_the_log_variable_the_recorder_writes_nothing(tmp_path):

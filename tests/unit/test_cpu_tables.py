@@ -19,8 +19,8 @@ def test_a_process_is_named_by_its_step_or_program():
 
 
 def test_a_process_is_counted_under_the_test_that_started_it():
-    current = "tests/unit/test_cpu_by_test.py::test_y[a b] (call)"
-    assert cpu_by_test.test_name(current) == "test_cpu_by_test.py::test_y[a b]"
+    current = "tests/unit/test_cpu_tables.py::test_y[a b] (call)"
+    assert cpu_by_test.test_name(current) == "test_cpu_tables.py::test_y[a b]"
     assert cpu_by_test.test_name("").startswith("(outside a test")
 
 
@@ -28,3 +28,9 @@ def test_the_tables_add_up_cpu_and_processes_costliest_first():
     lines = [{"argv": ["a"], "cpu": 1.0, "torch._dynamo": False}, {"argv": ["b"], "cpu": 3.0, "torch._dynamo": True},
              {"argv": ["a"], "cpu": 1.5, "torch._dynamo": True}]
     assert cpu_by_test.table(lines, lambda line: line["argv"][0]) == [("b", 1, 3.0, 1), ("a", 2, 2.5, 1)]
+
+
+def test_a_program_is_named_by_itself_not_by_the_test_folders_in_its_arguments():
+    assert cpu_by_test.kind(["-c", "/tmp/pytest-of-root/pytest-3/x0/.snakemake"]).startswith("python -c")
+    assert cpu_by_test.kind(["/usr/bin/ovc", "/tmp/pytest-of-root/p/workflow/scripts/x"]) == "ovc"
+    assert cpu_by_test.test_name("tests/integration/test_x.py::test_y[a/b] (setup)") == "test_x.py::test_y[a/b]"
