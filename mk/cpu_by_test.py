@@ -21,6 +21,7 @@ import os
 import resource
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -61,17 +62,64 @@ def table(lines: list[dict], key) -> list[tuple[str, int, float, int]]:
     return sorted(((name, n, cpu, dynamo) for name, (n, cpu, dynamo) in rows.items()), key=lambda r: -r[2])
 
 
+def busy_log(log: Path) -> Path:
+    return log.with_name(log.name + ".busy")
+
+
+def cpu_ticks() -> tuple[int, int]:
+    """(busy, all) jiffies of every core since boot, from /proc/stat's first line."""
+    fields = [int(f) for f in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle and iowait
+    return sum(fields) - idle, sum(fields)
+
+
+def sample_busy(out: Path, stop: threading.Event, every: float = 1.0) -> None:
+    """Every second, the machine's busy cores then (a line: time, busy cores): the idle
+    a lane leaves shows where its time is waiting rather than work."""
+    cores = os.cpu_count() or 1
+    before = cpu_ticks()
+    with open(out, "w") as lines:
+        while not stop.wait(every):
+            now = cpu_ticks()
+            share = (now[0] - before[0]) / max(now[1] - before[1], 1)
+            lines.write(f"{time.time():.1f} {share * cores:.2f}\n")
+            before = now
+
+
 def run(log: Path, command: list[str]) -> int:
     """Run `command` with the recorder on; print its wall and its process tree's CPU."""
     log.unlink(missing_ok=True)
     recorder = str(Path(__file__).resolve().parent / "cpu_by_test")
     path = os.pathsep.join(filter(None, [recorder, os.environ.get("PYTHONPATH")]))
     start = time.monotonic()
+    stop = threading.Event()
+    sampler = threading.Thread(target=sample_busy, args=(busy_log(log), stop), daemon=True)
+    sampler.start()
     code = subprocess.call(command, env={**os.environ, "PYTHONPATH": path, "CPUDDP_CPU_LOG": str(log.resolve())})
+    stop.set()
+    sampler.join()
     tree = resource.getrusage(resource.RUSAGE_CHILDREN)
     print(f"{' '.join(command)}: exit {code}, {time.monotonic() - start:.0f} s wall, "
           f"{tree.ru_utime + tree.ru_stime:.0f} CPU s in its process tree")
     return code
+
+
+def timeline(lines: list[dict], busy: list[tuple[float, float]], minute: float = 60.0) -> list[tuple]:
+    """(minute, busy cores on average, the tests with a recorded process alive in it, most
+    seconds alive first): which tests were running when the cores sat idle."""
+    if not busy:
+        return []
+    origin, rows = busy[0][0], []
+    for index in range(int((busy[-1][0] - origin) // minute) + 1):
+        begin, end = origin + index * minute, origin + (index + 1) * minute
+        shares = [cores for t, cores in busy if begin <= t < end]
+        alive = collections.Counter()
+        for line in lines:
+            overlap = min(end, line.get("end", 0)) - max(begin, line.get("start", 0))
+            if overlap > 0:
+                alive[test_name(line["test"])] += overlap
+        rows.append((index, sum(shares) / max(len(shares), 1), [name for name, _ in alive.most_common(4)]))
+    return rows
 
 
 def main(argv=None) -> int:
@@ -92,6 +140,12 @@ def main(argv=None) -> int:
     print(f"\n{'CPU s':>7} {'procs':>5}  test (the {args.tests} costliest)")
     for name, n, cpu, _ in table(lines, lambda line: test_name(line["test"]))[:args.tests]:
         print(f"{cpu:7.0f} {n:5d}  {name}")
+    busy_file = busy_log(args.log)
+    busy = [tuple(map(float, row.split())) for row in busy_file.read_text().splitlines()] if busy_file.exists() else []
+    if busy:
+        print(f"\nminute  busy cores of {os.cpu_count()}  tests with a process alive then (longest alive first)")
+    for index, cores, names in timeline(lines, busy):
+        print(f"{index:6d}  {cores:4.2f}  {', '.join(names)}")
     return code
 
 

@@ -68,7 +68,8 @@ test-fast: venv bytecode
 	$(PYTEST) --junitxml=.lanes/unit.xml tests/unit
 
 # Three workers, whole files each (a file's fixtures, such as its Slurm cluster,
-# start once), longest files first (tests/conftest.py): in one process a
+# start once; the files that read one shared run go together: SHARED_RUNS in
+# tests/conftest.py), longest files first (tests/conftest.py): in one process a
 # good part of this lane is waiting, which other workers' work fills; then the
 # 2 cores are saturated, so the lane's time follows its CPU work: 17:48 for
 # `make test`'s, 21:00 for test-all's with the cluster tests (2026-11-28;

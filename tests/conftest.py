@@ -90,6 +90,42 @@ def file_order(item) -> int:
     return LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST)
 
 
+# A run that tests of several files read (a session fixture) is made once per
+# worker that needs it: the files that read it go to one worker together, each
+# other file to a worker of its own, as whole files (its module fixtures, such
+# as a Slurm cluster, start once). A scheduler of ours rather than xdist's
+# loadgroup: pytest-xdist 3.8 names a test's group by rewriting Node._nodeid,
+# which pytest 9 no longer reads.
+SHARED_RUNS = ("sweep_run",)
+
+
+def files_reading(fixture: str) -> set[str]:
+    """The integration test files whose tests take `fixture` (by name, as pytest does)."""
+    pattern = re.compile(rf"\b{fixture}\b")
+    return {f.name for f in (TESTS / "integration").glob("test_*.py") if pattern.search(f.read_text())}
+
+
+def worker_scope(nodeid: str, shared: dict[str, str]) -> str:
+    """What one worker runs whole: the shared run a test's file reads, or its file."""
+    file = nodeid.split("::", 1)[0]
+    return shared.get(Path(file).name, file)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_xdist_make_scheduler(config, log):
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    shared = {name: run for run in SHARED_RUNS for name in files_reading(run)}
+
+    class SharedRunScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return worker_scope(nodeid, shared)
+
+    return SharedRunScheduling(config, log)
+
+
 def pytest_collection_modifyitems(items):
     for item in items:
         if lane(item) == "integration" and not item.get_closest_marker("timeout"):

@@ -5,7 +5,8 @@ this folder: the test workers, Snakemake, every step and every rank they
 start. With CPUDDP_CPU_LOG set, each process appends one JSON line to that
 file as it exits: its CPU seconds (all threads), its command line, the test
 that started it (pytest's PYTEST_CURRENT_TEST, which child processes
-inherit) and whether it loaded torch, torch._dynamo and transformers.
+inherit), when it started and ended, and whether it loaded torch, torch._dynamo
+and transformers.
 Without CPUDDP_CPU_LOG it does nothing. A measuring tool for developers,
 never on a user's path. It hides the interpreter's own sitecustomize while
 it is on the path (Debian's installs only the apport crash hook)."""
@@ -16,7 +17,9 @@ import json
 import os
 import resource
 import sys
+import time
 
+START = time.time()  # sitecustomize is imported as the interpreter starts: the process's start, near enough
 LOG = os.environ.get("CPUDDP_CPU_LOG")
 _recorded = False
 
@@ -25,6 +28,7 @@ def _record() -> None:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     line = {"test": os.environ.get("PYTEST_CURRENT_TEST", ""), "argv": sys.argv[:4],
             "cpu": round(usage.ru_utime + usage.ru_stime, 3),
+            "start": round(START, 2), "end": round(time.time(), 2),
             **{name: name in sys.modules for name in ("torch", "torch._dynamo", "transformers")}}
     with open(LOG, "a") as out:  # one short write in append mode: lines of parallel processes do not interleave
         out.write(json.dumps(line) + "\n")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
 from pathlib import Path
 
 import torch
@@ -76,12 +75,3 @@ def test_early_stopping_ends_the_training_after_patience_evaluations(tmp_path, t
     assert [e["step"] for e in evaluation["history"]] == [1, 2, 3]
     assert evaluation["model_from_step"] == 3  # no best_model: the last step's model
     assert "early stopping at step 3: 2 evaluations without a gain on f1" in (tmp_path / RULE_LOG).read_text()
-
-
-def test_no_evaluation_during_training_by_default(tmp_path, tiny_model_dir):
-    configfile = tiny_experiment(tmp_path, tiny_model_dir, max_steps=2)
-    snakemake(tmp_path, configfile, TARGET)
-    assert json.loads((tmp_path / TARGET).read_text())["evaluation"] is None
-    log = (tmp_path / RULE_LOG).read_text()
-    assert "evaluation during training: off" in log and "evaluation at step" not in log
-    shutil.rmtree(tmp_path / RUN / "model")

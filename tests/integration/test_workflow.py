@@ -50,6 +50,10 @@ def test_ranks_stay_synchronized_and_use_their_threads(tiny_run):
     assert metrics["process_started_at"] < metrics["first_step_at"]  # startup, for bench/startup.py
     # Snakemake gives the job OMP_NUM_THREADS=2 (its threads); each rank must get its own 1.
     assert all(r["omp_num_threads"] == "1" and r["torch_threads"] == 1 for r in ranks)
+    # evaluation.every is unset: no evaluation during training (test_best_model.py turns it on)
+    assert metrics["evaluation"] is None
+    rule_log = (work / "logs/train_ddp/tiny/default.log").read_text()
+    assert "evaluation during training: off" in rule_log and "evaluation at step" not in rule_log
     for rank in (0, 1):
         log = (work / f"logs/train_ddp/tiny/default/rank{rank}.log").read_text()
         assert f"rank {rank}/2" in log

@@ -34,3 +34,14 @@ def test_a_program_is_named_by_itself_not_by_the_test_folders_in_its_arguments()
     assert cpu_by_test.kind(["-c", "/tmp/pytest-of-root/pytest-3/x0/.snakemake"]).startswith("python -c")
     assert cpu_by_test.kind(["/usr/bin/ovc", "/tmp/pytest-of-root/p/workflow/scripts/x"]) == "ovc"
     assert cpu_by_test.test_name("tests/integration/test_x.py::test_y[a/b] (setup)") == "test_x.py::test_y[a/b]"
+
+
+def test_the_timeline_gives_each_minute_its_busy_cores_and_the_tests_alive_then():
+    lines = [{"test": "tests/integration/test_a.py::t (call)", "start": 0.0, "end": 90.0},
+             {"test": "tests/integration/test_b.py::u (call)", "start": 70.0, "end": 130.0}]
+    busy = [(0.0, 2.0), (30.0, 1.0), (60.0, 0.5), (125.0, 0.0)]
+    rows = cpu_by_test.timeline(lines, busy)
+    assert [(minute, cores) for minute, cores, _ in rows] == [(0, 1.5), (1, 0.5), (2, 0.0)]
+    assert rows[1][2] == ["test_b.py::u", "test_a.py::t"]  # 50 s alive before 30 s
+    assert rows[2][2] == ["test_b.py::u"]
+    assert cpu_by_test.timeline(lines, []) == []
