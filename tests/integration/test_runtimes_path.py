@@ -48,9 +48,11 @@ def prepare(work, model_dir, tokenized, raw, task: str, **quantization) -> dict:
 
 
 def quantize_into(work, paths, task, out, enabled=True, calibration_samples=32) -> None:
+    """As rule quantize_static does: the fp32 IR of convert is what is quantized."""
     settings = {"enabled": enabled, "calibration_samples": calibration_samples, "stack": "openvino"}
     quantize.main(["--config", write(work / "quantize.json", {"task": task, "quantization": settings}),
-                   "--model", paths["model"], "--data", paths["data"], "--out", str(out)])
+                   "--model", paths["model"], "--openvino", str(work / "model_openvino"), "--data", paths["data"],
+                   "--out", str(out)])
 
 
 def run_runtimes(work, paths, task, int8=None, name="eval_runtimes", **gates) -> dict:

@@ -2,7 +2,8 @@
 folder and summary entry, scaling against the baseline; progress and failure
 logs of the training rule.
 
-The sweep run (1 then 2 ranks of the tiny model) is the fixture `sweep_run`
+The sweep run (experiments/demo-sweep.yaml: 1 then 2 ranks, here of the
+tiny model) is the fixture `sweep_run`
 (tests/helpers/sweep.py), which test_report_workflow.py and
 test_compare.py read too.
 """
@@ -43,6 +44,7 @@ def test_summary_has_one_entry_per_run_baseline_first(sweep_run):
     assert [r["world_size"] for r in summary["runs"]] == [1, 2]
     assert [r["processes_per_node"] for r in summary["runs"]] == [1, 2]
     assert all(r["threads_per_process"] == 1 and r["steps"] == 3 for r in summary["runs"])
+    assert all(r["deploy"]["candidate"] and r["eval"]["fp32"] for r in summary["runs"]), summary["runs"]
 
 
 def test_speedup_and_efficiency_against_the_baseline(sweep_run):

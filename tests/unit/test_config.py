@@ -282,8 +282,9 @@ def test_slurm_runs_need_a_thread_count():
 @pytest.mark.parametrize("path", sorted((REPO / "experiments").glob("demo*.yaml")), ids=lambda p: p.name)
 def test_every_demo_experiment_is_run_by_an_integration_test(path):
     """The demo files are the checked-in test configs: a new one that no test runs fails here
-    (test_demo_experiments.py runs most as they are; a few have a file of their own)."""
+    (test_demo_experiments.py runs most as they are; a few have a file of their own, or a
+    helper that builds a run several files read: tests/helpers/sweep.py)."""
     name = path.stem
-    tests = (REPO / "tests" / "integration").glob("test_*.py")
+    tests = [*(REPO / "tests" / "integration").glob("test_*.py"), *(REPO / "tests" / "helpers").glob("*.py")]
     assert [t.name for t in tests if f'"{name}"' in t.read_text() or f"{name}.yaml" in t.read_text()], \
         f"no integration test runs experiments/{path.name}"
