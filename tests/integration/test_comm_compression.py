@@ -11,9 +11,9 @@ import os
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from helpers import forked_ranks
 from workflow.scripts.launch.command import free_port
 from workflow.scripts.train.comm import CommTimer
 
@@ -55,7 +55,7 @@ def reduced(tmp_path_factory):
     found = {}
     for compression in ("none", "fp16", "bf16", "powersgd"):
         out = str(folder / compression)
-        mp.spawn(reduce_once, args=(compression, free_port("127.0.0.1"), out), nprocs=2, join=True)
+        forked_ranks.spawn(reduce_once, args=(compression, free_port("127.0.0.1"), out), nprocs=2)
         found[compression] = [torch.load(f"{out}.{rank}") for rank in (0, 1)]
     return found
 

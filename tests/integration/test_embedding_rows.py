@@ -13,6 +13,7 @@ import torch.multiprocessing as mp
 from torch.nn.parallel import DistributedDataParallel as DDP
 from transformers import BertConfig, BertForSequenceClassification
 
+from helpers import forked_ranks
 from workflow.scripts.train import comm, encoder, speed
 
 CONFIG = BertConfig(vocab_size=1000, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
@@ -63,7 +64,7 @@ def worker(rank: int, init: str, results: dict) -> None:
 
 def test_rows_and_a_reused_table_give_the_dense_gradients_bit_for_bit(tmp_path):
     results = mp.Manager().dict()
-    mp.spawn(worker, args=(f"file://{tmp_path / 'store'}", results), nprocs=2, join=True)
+    forked_ranks.spawn(worker, args=(f"file://{tmp_path / 'store'}", results), nprocs=2)
     for (rank, micro_batches, rows, reuse), (equal, touched, table, sent) in sorted(results.items()):
         assert equal, f"rank {rank}, {micro_batches} micro-batches, rows {rows}, reuse {reuse}: gradients differ"
         assert all(0 < t < table // 4 for t in touched), (touched, table)  # a sparse table: the case for both

@@ -18,6 +18,7 @@ import torch.multiprocessing as mp
 from torch.nn.parallel import DistributedDataParallel as DDP
 from transformers import BertConfig, BertForSequenceClassification
 
+from helpers import forked_ranks
 from workflow.scripts.train import comm, node_allreduce
 
 CONFIG = BertConfig(vocab_size=1000, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
@@ -63,7 +64,7 @@ def same_as_gloo(rank: int, init: str, results: dict) -> None:
 
 def test_two_ranks_get_gloos_gradients_bit_for_bit(tmp_path):
     results = mp.Manager().dict()
-    mp.spawn(same_as_gloo, args=(f"file://{tmp_path / 'store'}", results), nprocs=2, join=True)
+    forked_ranks.spawn(same_as_gloo, args=(f"file://{tmp_path / 'store'}", results), nprocs=2)
     files = {results.pop(("file", rank)) for rank in range(2)}
     assert len(results) == 12 and all(results.values()), dict(results)
     assert len(files) == 1 and not Path(files.pop()).exists()  # one file, unlinked once mapped
@@ -85,7 +86,7 @@ def one_sum(rank: int, init: str, results: dict) -> None:
 
 def test_three_ranks_add_in_rank_order_and_agree(tmp_path):
     results = mp.Manager().dict()
-    mp.spawn(one_sum, args=(f"file://{tmp_path / 'store'}", results), nprocs=3, join=True)
+    forked_ranks.spawn(one_sum, args=(f"file://{tmp_path / 'store'}", results), nprocs=3)
     assert all(equal for _, equal in results.values())
     assert torch.equal(results[0][0], results[1][0]) and torch.equal(results[1][0], results[2][0])
 
@@ -105,7 +106,7 @@ def a_rank_dies(rank: int, init: str, results: dict) -> None:
 
 def test_a_dead_rank_is_named_at_once_not_waited_for(tmp_path):
     results = mp.Manager().dict()
-    context = mp.get_context("spawn")  # not mp.spawn: it would stop rank 0 as soon as rank 1 dies
+    context = forked_ranks.context()  # not spawn(): it would stop rank 0 as soon as rank 1 dies
     ranks = [context.Process(target=a_rank_dies, args=(r, f"file://{tmp_path / 'store'}", results))
              for r in range(2)]
     for process in ranks:
@@ -139,7 +140,7 @@ def sees_the_file(rank: int, init: str, results: dict) -> None:
 
 def test_the_file_is_private_to_the_user(tmp_path):
     results = mp.Manager().dict()
-    mp.spawn(sees_the_file, args=(f"file://{tmp_path / 'store'}", results), nprocs=2, join=True)
+    forked_ranks.spawn(sees_the_file, args=(f"file://{tmp_path / 'store'}", results), nprocs=2)
     assert (results["mode"], results["uid"]) == (0o600, os.geteuid())
     assert not Path(results[("file", 0)]).exists()
 
@@ -159,7 +160,7 @@ def dies_before_mapping(rank: int, init: str, results: dict) -> None:
 
 def test_the_file_is_unlinked_when_a_rank_dies_before_mapping_it(tmp_path):
     results = mp.Manager().dict()
-    context = mp.get_context("spawn")
+    context = forked_ranks.context()
     ranks = [context.Process(target=dies_before_mapping, args=(r, f"file://{tmp_path / 'store'}", results))
              for r in range(2)]
     for process in ranks:
@@ -179,7 +180,7 @@ def single(rank: int, init: str, results: dict) -> None:
 
 def test_one_rank_has_nothing_to_reduce(tmp_path):
     results = mp.Manager().dict()
-    mp.spawn(single, args=(f"file://{tmp_path / 'store'}", results), nprocs=1, join=True)
+    forked_ranks.spawn(single, args=(f"file://{tmp_path / 'store'}", results), nprocs=1)
     assert results["one"] == "one rank: there is nothing to all-reduce"
 
 
@@ -208,7 +209,7 @@ def late_rank(rank: int, init: str, results: dict) -> None:
 
 def test_the_wait_inside_synchronous_hooks_is_exposed(tmp_path):
     results = mp.Manager().dict()
-    mp.spawn(late_rank, args=(f"file://{tmp_path / 'store'}", results), nprocs=2, join=True)
+    forked_ranks.spawn(late_rank, args=(f"file://{tmp_path / 'store'}", results), nprocs=2)
     waiting, late = results[0], results[1]
     assert len(waiting["buckets"]) > 1, waiting  # the wait is in a hook before the last one
     # The waiting rank's exposed time holds the 0.5 s; the late rank's only the sums
