@@ -84,9 +84,9 @@ LONGEST_FIRST = ("test_architectures.py",  # six families through the whole chai
                  "test_demo_experiments.py", "test_fault_tolerance.py", "test_slurm.py", "test_self_healing.py",
                  "test_every_task.py", "test_multinode.py", "test_workflow.py", "test_one_try.py",
                  "test_tracking.py", "test_finished_training.py", "test_slurm_time_limit.py", "test_glue_table.py",
-                 "test_quantize.py", "test_lora.py", "test_node_allreduce.py", "test_accumulation.py",
+                 "test_quantize.py", "test_lora.py", "test_accumulation.py",
                  "test_compare.py", "test_teardown.py", "test_layout_auto.py", "test_leases.py", "test_own_data.py",
-                 "test_comm_compression.py", "test_best_model.py", "test_packed_sweep.py", "test_tune.py",
+                 "test_best_model.py", "test_packed_sweep.py", "test_tune.py",
                  "test_mpi_flavours.py", "test_runtimes_path.py", "test_trainer_profile.py",
                  "test_multinode_profiles.py", "test_bf16_master.py", "test_offline_ranks.py",
                  "test_setup_timeout.py")
