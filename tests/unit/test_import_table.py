@@ -75,3 +75,24 @@ def test_the_cached_table_of_the_installed_transformers_is_its_own(tmp_path):
     assert read == built == original(models, prefix="models")
     assert sum(len(names) for names in read.values()) > 1000  # every model's modules
     assert os.listdir(tmp_path) == [f"{import_table.fingerprint(str(models))}.pickle"]
+
+
+def test_a_table_or_folder_another_user_could_write_is_never_read(tmp_path):
+    """Unpickling runs what the file's writer put in it: the cache is read only
+    from a folder and file of this user alone (common/private.py)."""
+    models = models_folder(tmp_path / "models")
+    original, calls = counting({"models.bert.modeling_bert": {"BertModel"}})
+    define = import_table.cached(original, tmp_path / "cache")
+    define(models, prefix="models")
+    (table,) = (tmp_path / "cache").iterdir()
+    assert (tmp_path / "cache").stat().st_mode & 0o777 == 0o700
+    table.chmod(0o666)  # as if someone else could have written it
+    define(models, prefix="models")
+    assert len(calls) == 2 and table.stat().st_mode & 0o022 == 0  # built again, stored anew, owner-only
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o777)
+    shared.chmod(0o777)
+    open_folder = import_table.cached(original, shared)
+    open_folder(models, prefix="models")
+    open_folder(models, prefix="models")
+    assert len(calls) == 4 and not list(shared.iterdir())  # neither read nor written

@@ -12,17 +12,22 @@ wraps that one function as transformers loads it: the table is read from
 the cache when a fingerprint of the models folder (every .py file's path,
 size and mtime) matches, else built as transformers builds it and stored.
 Anything unexpected (another transformers, no such function, an unwritable
-cache) leaves transformers' own way in place."""
+cache, a folder or file another user could have written: common/private.py)
+leaves transformers' own way in place."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.abc
 import importlib.machinery
 import os
 import pickle
 import sys
+import tempfile
 from pathlib import Path
+
+from workflow.scripts.common.private import private, private_folder
 
 MODULE = "transformers.utils.import_utils"
 FUNCTION = "define_import_structure"
@@ -50,29 +55,48 @@ def fingerprint(folder: str) -> str:
 
 
 def cached(original, folder: Path):
-    """`original(module_path, prefix)` with the models folder's table read from, or written to, `folder`."""
+    """`original(module_path, prefix)` with the models folder's table read from,
+    or written to, `folder`: a folder and pickle of this user alone (private()),
+    since unpickling a file runs what its writer put in it."""
     def define_import_structure(module_path, prefix=None):
         if prefix != "models":  # a model package's own small table: transformers' way
             return original(module_path, prefix)
         try:
-            path = folder / f"{fingerprint(str(module_path))}.pickle"
+            path = None if private_folder(folder) else folder / f"{fingerprint(str(module_path))}.pickle"
         except OSError:
+            path = None
+        if path is None:  # no folder of this user's own: transformers' way
             return original(module_path, prefix)
-        try:
-            return pickle.loads(path.read_bytes())
-        except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError):
-            pass
-        table = original(module_path, prefix)
-        data = pickle.dumps(table)  # before the caller adds its own names to it
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
-            partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
-            partial.write_bytes(data)
-            os.replace(partial, path)  # ranks starting at once each write whole files
-        except OSError:
-            pass
+        table = read(path)
+        if table is None:
+            table = original(module_path, prefix)
+            with contextlib.suppress(OSError):
+                store(path, pickle.dumps(table))  # before the caller adds its own names to the table
         return table
     return define_import_structure
+
+
+def read(path: Path) -> dict | None:
+    """The stored table, if there is one that only this user could have written."""
+    try:
+        if os.path.lexists(path) and not private(path):
+            return pickle.loads(path.read_bytes())
+    except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError):
+        pass
+    return None
+
+
+def store(path: Path, data: bytes) -> None:
+    """Written beside `path` (owner-only, as mkstemp makes it), then renamed
+    over it: ranks starting at once each write a whole file."""
+    handle, partial = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial")
+    try:
+        with os.fdopen(handle, "wb") as out:
+            out.write(data)
+        os.replace(partial, path)
+    except BaseException:
+        Path(partial).unlink(missing_ok=True)
+        raise
 
 
 class _Finder(importlib.abc.MetaPathFinder):

@@ -26,13 +26,14 @@ import hashlib
 import os
 import shlex
 import shutil
-import stat
 import subprocess
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import torch
+
+from workflow.scripts.common.private import private, private_folder
 
 # -ffp-contract=off: no multiply and add fused by the compiler, so every
 # target clone (and CPU) computes the same bits; -fno-math-errno lets sqrtf
@@ -43,27 +44,6 @@ CHUNK = 1 << 20  # elements per call: a multiple of the sum's 16 lanes
 
 def cache_root() -> Path:
     return Path(os.environ.get("CPUDDP_KERNEL_CACHE") or Path.home() / ".cache" / "cpuddp" / "kernels")
-
-
-def private(path: Path) -> str | None:
-    """None when `path` (not followed if a link) belongs to this user and
-    no group or other user may write to it; else why not, in a few words."""
-    info = path.lstat()
-    if stat.S_ISLNK(info.st_mode):
-        return f"{path} is a symbolic link"
-    if info.st_uid != os.geteuid():
-        return f"{path} belongs to uid {info.st_uid}, not to this user (uid {os.geteuid()})"
-    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        return f"{path} can be written by group or others (mode {stat.S_IMODE(info.st_mode):o})"
-    return None
-
-
-def private_folder(folder: Path) -> str | None:
-    """Create `folder` 0700 if missing (its parents as mkdir -p does); None
-    when it is private(), else why not."""
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    folder.mkdir(mode=0o700, exist_ok=True)
-    return private(folder)
 
 
 def refused(target: Path, why: str) -> str:
