@@ -8,8 +8,8 @@
 #   make test-cluster      the `cluster` tests: namespace hosts, a real Slurm
 #                          cluster, Debian's MPICH and Open MPI, tmpfs (root, `make ci-deps`)
 #   make test-intel        the Intel env's tests (mk/intel.mk)
-#   make test-all          every test lane, each timed, then every skip and why (CI
-#                          runs it, then `make docs` and `make test-scaling`: .ci/run)
+#   make test-all          every test lane and `make docs`, each timed, then every skip
+#                          and why (CI runs it, then `make test-scaling`: .ci/run)
 # A test that needs what `make test` lacks carries a marker (`cluster`, `intel`;
 # pytest.ini) and is not collected there. A target whose prerequisites are
 # missing fails at once with one line that names the fix; it never passes by
@@ -40,21 +40,30 @@ test: venv
 	@echo "== lanes"; cat .lanes/times
 	@echo "== skips"; $(BIN)/python mk/skips.py .lanes/*.xml
 
-# The lanes run one after the other. Running the Intel lane beside the
-# integration lane was tried (2026-11-28): it gained 1-9% in one CI run (26:22
-# for both, within the VM's hour-to-hour swing), and in the next, on a slower
-# VM hour, it stretched the Intel lane from 8-10 to 25 minutes and a sweep
-# test's wait for a rank ran out. Four busy processes on 2 cores cost more in
-# flaky waits than the idle 15% they would fill.
+# The lanes run one after the other, but for the docs lane, beside the Intel
+# lane. Running the Intel lane beside the integration lane was tried
+# (2026-11-28): it gained 1-9% in one CI run (26:22 for both, within the VM's
+# hour-to-hour swing), and in the next, on a slower VM hour, it stretched the
+# Intel lane from 8-10 to 25 minutes and a sweep test's wait for a rank ran
+# out. Four busy processes on 2 cores cost more in flaky waits than the idle
+# 15% they would fill. The Intel lane alone leaves a sixth of the 2 cores idle
+# (161 s, 267 CPU-s; 2026-12-03, AMD EPYC), about the docs lane's CPU (24 s,
+# 41 CPU-s), a short lane with no wait of its own to run out.
 test-all: need-root need-debs need-intel-python venv
 	@rm -rf .lanes
 	@$(MAKE) --no-print-directory intel-venv-background
 	@$(LANE) lint $(MAKE) --no-print-directory lint
 	@$(LANE) unit $(MAKE) --no-print-directory test-fast
 	@$(LANE) integration+cluster $(MAKE) --no-print-directory test-integration-all
-	@$(LANE) intel $(MAKE) --no-print-directory test-intel
+	@$(MAKE) --no-print-directory -j2 --output-sync=target lane-intel lane-docs
 	@echo "== lanes"; cat .lanes/times
 	@echo "== skips"; $(BIN)/python mk/skips.py .lanes/*.xml
+
+.PHONY: lane-intel lane-docs
+lane-intel:
+	@$(LANE) intel $(MAKE) --no-print-directory test-intel
+lane-docs:
+	@$(LANE) docs $(MAKE) --no-print-directory docs
 
 # The repository's modules compiled once, then read by every process: where the
 # environment sets PYTHONDONTWRITEBYTECODE (CI's does), every step, rank and

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import yaml
 
+from helpers import forked_snakemake
+
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 
@@ -22,7 +24,7 @@ def snakemake(workdir: Path, configfile: Path | None = None, *extra: str, check:
     if configfile:  # last: --configfile takes every following word as a file
         argv += ["--configfile", str(configfile)]
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "HF_HUB_OFFLINE": "1"}
-    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout)
+    done = forked_snakemake.run(argv, env, timeout)
     if check and done.returncode != 0:
         raise AssertionError(f"snakemake failed ({done.returncode}):\n{done.stdout[-4000:]}\n{done.stderr[-6000:]}")
     return done
