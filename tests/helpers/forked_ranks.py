@@ -1,8 +1,8 @@
 """A test's own ranks, started as torch.multiprocessing.spawn starts them,
 but forked from multiprocessing's forkserver with torch, torch.distributed
 and transformers' BERT loaded once (and snakemake.cli, for the workflow
-runs of forked_snakemake: one server a test worker). A spawned rank imports them afresh,
-2-4 CPU-s of its few seconds; the forkserver is a clean process that has
+runs of forked_snakemake: one server a test worker). A spawned rank
+imports them afresh, 2-4 CPU-s of its few seconds; the forkserver is a clean process that has
 only imported them (no OpenMP region has run in it), so forking it is safe,
 where forking the test worker itself is not. The ranks are real processes
 still: their own gloo groups, shared memory and exits."""

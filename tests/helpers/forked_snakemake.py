@@ -1,10 +1,10 @@
 """A workflow run's Snakemake process, forked from the forkserver of
-forked_ranks with snakemake.cli already imported. A fresh `snakemake`
-spends 1.3-1.4 CPU-s importing itself (pandas for the Slurm plugin's
-efficiency report, sqlalchemy for its persistence) before it reads the
-Snakefile; forked, a dry run costs 0.45 CPU-s instead of 1.8 (2026-12-04,
-AMD EPYC). It is a real process still, as `snakemake` on the command line
-starts one: its own environment, working directory, stdin, stdout and
+forked_ranks, which has snakemake.cli, torch and transformers imported
+(our Snakefile's modules import the last two). A dry run of
+experiments/demo.yaml costs 0.30 CPU-s forked against 1.45 exec'd; with
+snakemake.cli alone preloaded, 1.39: the imports are mostly torch's and
+transformers' (2026-12-04, AMD EPYC Zen 5). It is a real process still,
+as `snakemake` on the command line starts one: its own environment, working directory, stdin, stdout and
 stderr, the same argv through snakemake.cli.main, its steps and ranks
 its own child processes, its exit status the command's. Python's atexit
 hooks do not run in it; no hook of the local profile's run needs them
@@ -26,7 +26,9 @@ def _main(argv: list[str], env: dict, cwd: str, out: str, err: str) -> None:
     os.environ.clear()
     os.environ.update(env)
     for fd, path, flags in ((0, os.devnull, os.O_RDONLY), (1, out, os.O_WRONLY), (2, err, os.O_WRONLY)):
-        os.dup2(os.open(path, flags), fd)
+        opened = os.open(path, flags)
+        os.dup2(opened, fd)
+        os.close(opened)
     sys.argv = list(argv)
     import snakemake.cli
 
