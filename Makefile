@@ -12,7 +12,7 @@ STAMP := $(VENV)/.installed-$(LOCK_HASH)
 # node, docs/clusters.md; a cache under $HOME may not be shared).
 VENV_CACHE ?=
 
-.PHONY: venv demo bench bench-accuracy bench-quant clean report compare plan
+.PHONY: venv demo bench bench-levers bench-accuracy bench-quant clean report compare plan
 
 include mk/tests.mk
 include mk/cluster.mk
@@ -76,10 +76,20 @@ results/%/plan/profile.json:
 clean:
 	rm -rf results logs .snakemake
 
-# Training speed: cpuddp vs the transformers Trainer on the same work (prints a
-# table), then the startup from `snakemake` to the first training step.
-# Accuracy over seeds (the judge of the defaults): make bench-accuracy.
+# Training speed as a user sees it: whole one-epoch runs on MRPC- and SST-2-length
+# data (real GLUE histograms), cpuddp's defaults against the transformers Trainer
+# at its best at both layouts, 3 paired rounds (median and spread), then where one
+# rank's step goes at SST-2, STS-B (MNLI/QQP-like) and MRPC lengths.
+# BENCH_ARGS="--train-size 67349 --tasks sst2" trains all of SST-2.
+# Per row and lever: make bench-levers. Accuracy over seeds: make bench-accuracy.
+BENCH_ARGS ?=
 bench: venv
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m bench.glue_runs $(BENCH_ARGS)
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m bench.step_breakdown
+
+# Every row of cpuddp's levers against the Trainer (short bursts, prints a table),
+# the startup from `snakemake` to the first training step, and int8.
+bench-levers: venv
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m bench.train_bench
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m bench.startup
 	$(MAKE) --no-print-directory bench-quant

@@ -158,14 +158,15 @@ def e2e_steps(task: str) -> int:
     return EPOCHS * -(-real_lengths.table(task)["pairs"] // GLOBAL_BATCH)
 
 
-def full_config(model: str, steps: int, precision: str, speed: dict | None = None, layout=(2, 1),
-                task: str = "mrpc", model_code: str = "auto") -> dict:
-    """Global batch 32 on `layout` (ranks, threads per rank) of this node;
-    train.model_code and every other setting not named here at cpuddp's defaults."""
+def full_config(model: str, steps: int | None, precision: str, speed: dict | None = None, layout=(2, 1),
+                task: str = "mrpc", model_code: str = "auto", global_batch: int = GLOBAL_BATCH,
+                epochs: int = EPOCHS) -> dict:
+    """`global_batch` (32 unless given) on `layout` (ranks, threads per rank) of this node; `steps` None
+    trains `epochs` whole; train.model_code and every other setting not named here at cpuddp's defaults."""
     ranks, threads = layout
     return cfg.validate({
         "experiment": "bench", "task": task, "model": model,
-        "train": {"batch_size": GLOBAL_BATCH // ranks, "learning_rate": 2e-5, "epochs": 3, "max_steps": steps,
+        "train": {"batch_size": global_batch // ranks, "learning_rate": 2e-5, "epochs": epochs, "max_steps": steps,
                   "max_seq_length": 128, "precision": precision, "checkpoint_every": 0, "log_every": 8,
                   "speed": speed or {}, "model_code": model_code},
         "distributed": {"processes_per_node": ranks, "threads_per_process": threads},
@@ -190,12 +191,12 @@ def run_cpuddp(work: Path, model: str, data: Path, steps: int, speed: dict | Non
 
 
 def run_trainer(work: Path, model: str, data: Path, steps: int | None, bf16: bool, compile_: bool, tag: str,
-                layout=(2, 1), extra: tuple[str, ...] = (), task: str = "mrpc") -> dict:
+                layout=(2, 1), extra: tuple[str, ...] = (), task: str = "mrpc", global_batch: int = GLOBAL_BATCH) -> dict:
     """The Trainer at the bench's setting; `steps` None trains hf_trainer_run's
     epochs and scores the dev split (`accuracy`); `extra`: more of its flags;
     `rank0`: everything rank 0 wrote (dev scores, loss_history). `task`
     stsb trains a regression head, any other two labels."""
-    config = full_config(model, steps, "fp32", layout=layout)
+    config = full_config(model, steps, "fp32", layout=layout, global_batch=global_batch)
     out = work / f"trainer-{tag}"
     program = [sys.executable, str(Path(__file__).with_name("hf_trainer_run.py")), "--model", model,
                "--data", str(data), "--out", str(out), "--pad", "batch", "--batch-size",
