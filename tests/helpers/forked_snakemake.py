@@ -21,8 +21,10 @@ import tempfile
 from helpers import forked_ranks
 
 
-def _main(argv: list[str], env: dict, cwd: str, out: str, err: str) -> None:
+def _main(argv: list[str], env: dict, cwd: str, out: str, err: str, umask: int | None) -> None:
     os.chdir(cwd)
+    if umask is not None:  # as a shell's `umask 022; snakemake ...`
+        os.umask(umask)
     os.environ.clear()
     os.environ.update(env)
     for fd, path, flags in ((0, os.devnull, os.O_RDONLY), (1, out, os.O_WRONLY), (2, err, os.O_WRONLY)):
@@ -35,14 +37,15 @@ def _main(argv: list[str], env: dict, cwd: str, out: str, err: str) -> None:
     snakemake.cli.main(argv[1:])  # sys.exit(0 or 1): the process's exit status
 
 
-def run(argv: list[str], env: dict, timeout: float) -> subprocess.CompletedProcess:
+def run(argv: list[str], env: dict, timeout: float, umask: int | None = None) -> subprocess.CompletedProcess:
     """subprocess.run(argv, capture_output=True, text=True, env=env,
-    timeout=timeout) for a `snakemake` argv, the process forked."""
+    timeout=timeout) for a `snakemake` argv, the process forked (under
+    `umask`, else the forkserver's)."""
     with tempfile.TemporaryDirectory(prefix="snakemake-") as tmp:
         out, err = os.path.join(tmp, "stdout"), os.path.join(tmp, "stderr")
         for path in (out, err):
             open(path, "w").close()
-        process = forked_ranks.context().Process(target=_main, args=(argv, env, os.getcwd(), out, err))
+        process = forked_ranks.context().Process(target=_main, args=(argv, env, os.getcwd(), out, err, umask))
         process.start()
         process.join(timeout)
         if process.exitcode is None:

@@ -14,6 +14,7 @@ from helpers.workflow import REPO, snakemake, write_config
 
 EXPERIMENT = "demo-sweep"
 RUNS = ["ppn1", "ppn2"]
+SHARED_UMASK = 0o022  # a team's: others may read (test_shared_results.py)
 _CACHE: dict = {}
 
 
@@ -37,6 +38,6 @@ def sweep_workdir(tmp_path_factory, model: Path) -> tuple[Path, Path]:
     if "run" not in _CACHE:
         work = tmp_path_factory.mktemp("sweep")
         configfile = sweep_experiment(work, model)
-        snakemake(work, configfile)
+        snakemake(work, configfile, umask=SHARED_UMASK)
         _CACHE["run"] = work, configfile
     return _CACHE["run"]

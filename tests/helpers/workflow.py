@@ -16,15 +16,15 @@ BIN = Path(sys.executable).parent
 
 
 def snakemake(workdir: Path, configfile: Path | None = None, *extra: str, check: bool = True,
-              timeout: int = 900) -> subprocess.CompletedProcess:
-    """Run the real workflow in `workdir` with the local profile."""
+              timeout: int = 900, umask: int | None = None) -> subprocess.CompletedProcess:
+    """Run the real workflow in `workdir` with the local profile (under `umask`, else the forkserver's)."""
     argv = [str(BIN / "snakemake"), "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir),
             "--profile", str(REPO / "profiles" / "local"), "--cores", "2"]
     argv += list(extra)
     if configfile:  # last: --configfile takes every following word as a file
         argv += ["--configfile", str(configfile)]
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "HF_HUB_OFFLINE": "1"}
-    done = forked_snakemake.run(argv, env, timeout)
+    done = forked_snakemake.run(argv, env, timeout, umask)
     if check and done.returncode != 0:
         raise AssertionError(f"snakemake failed ({done.returncode}):\n{done.stdout[-4000:]}\n{done.stderr[-6000:]}")
     return done

@@ -15,6 +15,7 @@ import yaml
 
 from helpers.faults import RUN, digest
 from helpers.workflow import snakemake, tiny_experiment, write_config
+from workflow.scripts.train import checkpoint
 
 STEPS = 12  # 96 rows, 2 epochs, 8 per rank x 2 ranks
 RULE_LOG = Path("logs/train_ddp/tiny/default.log")
@@ -67,17 +68,30 @@ def test_a_rank_killed_while_the_model_is_saved_costs_no_training(tmp_path, tiny
 
 
 def test_a_changed_training_file_starts_fresh_and_says_why(tmp_path, tiny_model_dir, monkeypatch):
+    """...and keeps the superseded checkpoints aside, where the line says, listed in summary.json."""
     configfile = fail_while_saving(tmp_path, tiny_model_dir, monkeypatch)
+    earlier = {p.name: checkpoint.info(p)["files"] for p in checkpoint.valid(tmp_path / RUN / "checkpoints")}
+    config = yaml.safe_load(configfile.read_text())
+    config["quantization"] = {"enabled": False}  # not the training's: the summary comes sooner
+    write_config(configfile, config)
     train = tmp_path / "mrpc" / "train.tsv"
     lines = train.read_text().splitlines()
     lines[1] = ("0" if lines[1][0] == "1" else "1") + lines[1][1:]  # one label fixed
     train.write_text("\n".join(lines) + "\n")
-    done = snakemake(tmp_path, configfile, TRAINED)
+    done = snakemake(tmp_path, configfile, "results/tiny/summary.json")
     why = (f"checkpoint step-{STEPS:08d} was trained on other data (train tokens digest differs): "
            "starting fresh")
     log = (tmp_path / RULE_LOG).read_text()
     assert why in log, log[-3000:]
-    assert len([line for line in log.splitlines() if "was trained on other data" in line]) == 1
+    [line] = [line for line in log.splitlines() if "was trained on other data" in line]
     assert why in done.stdout + done.stderr
     metrics = json.loads((tmp_path / RUN / "train_metrics.json").read_text())
     assert metrics["resumed_from_step"] is None and metrics["steps"] == STEPS
+    kept = re.search(r"is kept in (\S+) \(`rm -rf (\S+)` deletes", line)
+    assert kept and kept.group(2) == str(RUN / "superseded"), line
+    assert Path(kept.group(1)).parent == RUN / "superseded" and Path(kept.group(1)).name.startswith("data-")
+    for name, files in earlier.items():  # every one, whole
+        moved = tmp_path / kept.group(1) / name
+        assert checkpoint.info(moved)["files"] == files and checkpoint.damage(moved, checkpoint.info(moved)) is None
+    [entry] = json.loads((tmp_path / "results/tiny/summary.json").read_text())["runs"]
+    assert entry["superseded_checkpoints"] == [f"{kept.group(1)}/{name}" for name in sorted(earlier)]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import socket
 from pathlib import Path
 
@@ -14,6 +15,7 @@ import torch
 from workflow.scripts.settings.decisions import RunDecisions
 from workflow.scripts.settings.levers import Levers
 from workflow.scripts.settings.views import TrainView
+from workflow.scripts.common import superseded
 from workflow.scripts.train import checkpoint, fingerprint
 
 
@@ -110,21 +112,44 @@ def state() -> dict:
             "rng": [checkpoint.rng_state()]}
 
 
-def test_other_work_is_one_line_and_removed_so_a_fresh_start_is_never_pruned(tmp_path, work, caplog):
+def test_other_work_is_one_line_and_moved_aside_so_a_fresh_start_is_never_pruned(tmp_path, work, caplog):
+    """Moved to the run's superseded/<what changed>-<time>/, never deleted (DESIGN.md)."""
     caplog.set_level(logging.INFO)
-    old = parts(work)
+    run = tmp_path / "results" / "exp" / "default"
+    root, old = run / "checkpoints", parts(work)
     for step in (20, 40):
-        checkpoint.save(tmp_path, step, state(), {"fingerprint": old, "step": step}, keep=2)
+        checkpoint.save(root, step, state(), {"fingerprint": old, "step": step}, keep=2)
+    digests = {step: checkpoint.info(root / f"step-{step:08d}")["files"] for step in (20, 40)}
     data, _ = work
     (data / "train" / "data-00000-of-00001.arrow").write_bytes(b"fixed train tokens")
     log = logging.getLogger("test-fingerprint")
-    assert checkpoint.newest(tmp_path, parts(work), log, remove_other=True) is None
+    assert checkpoint.newest(root, parts(work), log, set_aside=True) is None
+    assert checkpoint.valid(root) == []
+    [kept] = (run / "superseded").iterdir()
+    assert re.fullmatch(r"data-\d{8}T\d{6}Z", kept.name), kept.name  # named by what changed
+    for step in (20, 40):  # whole, as they were
+        moved = kept / f"step-{step:08d}"
+        assert checkpoint.damage(moved, checkpoint.info(moved)) is None
+        assert checkpoint.info(moved)["files"] == digests[step]
+    assert superseded.listed(run) == [str(kept / "step-00000020"), str(kept / "step-00000040")]
     lines = [r.getMessage() for r in caplog.records]
     assert lines == ["checkpoint step-00000040 was trained on other data (train tokens digest differs): "
-                     "starting fresh (2 checkpoints of that work removed)"]
-    assert checkpoint.valid(tmp_path) == []
-    checkpoint.save(tmp_path, 20, state(), {"fingerprint": parts(work), "step": 20}, keep=2)
-    assert checkpoint.newest(tmp_path, parts(work), log)[0].name == "step-00000020"
+                     f"starting fresh; it with 1 more of that work is kept in {kept} "
+                     f"(`rm -rf {run / 'superseded'}` deletes what the run keeps aside)"]
+    checkpoint.save(root, 20, state(), {"fingerprint": parts(work), "step": 20}, keep=2)
+    assert checkpoint.newest(root, parts(work), log)[0].name == "step-00000020"
+
+
+def test_each_part_that_changed_names_its_folder(tmp_path, work):
+    run = tmp_path / "run"
+    checkpoint.save(run / "checkpoints", 10, state(), {"fingerprint": parts(work, learning_rate=3e-5), "step": 10},
+                    keep=3)
+    checkpoint.save(run / "checkpoints", 20, state(), {"fingerprint": parts(work, code="transformers"), "step": 20},
+                    keep=3)
+    checkpoint.newest(run / "checkpoints", parts(work), set_aside=True)
+    assert sorted(Path(p).parent.name.split("-")[0] for p in superseded.listed(run)) == ["settings", "step"]
+    assert fingerprint.changed_part(parts(work), parts(work)) is None
+    assert fingerprint.changed_part("0123abcd", parts(work)) == "settings"  # an older cpuddp's
 
 
 def test_temporary_folders_are_per_process_and_dead_ones_are_cleaned(tmp_path):

@@ -6,6 +6,7 @@ import errno
 import json
 import os
 import shutil
+import stat
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -44,7 +45,7 @@ def _write_json(path: Path, data) -> None:
             handle.write("\n")
             handle.flush()
             os.fsync(handle.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes it owner-only
+        os.chmod(tmp, 0o666 & ~umask())  # mkstemp makes it owner-only: a team shares results/
         os.replace(tmp, path)
         fsync_dir(path.parent)
     except BaseException:
@@ -52,10 +53,34 @@ def _write_json(path: Path, data) -> None:
         raise
 
 
-def _umask() -> int:
-    mask = os.umask(0)
+def umask() -> int:
+    """This process's umask, read without setting it (os.umask sets it: for
+    that instant another thread's new file would get mode 0666)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except OSError:
+        pass
+    mask = os.umask(0o077)  # no /proc (not Linux): for that instant, the safe side
     os.umask(mask)
     return mask
+
+
+def follow_umask(root) -> None:
+    """Give `root` and everything under it the modes a plain mkdir and open
+    give under this umask (executables keep their x bits): mkdtemp makes a
+    folder 0700 and some writers (safetensors' save_file) a file 0600, which
+    would hide results from the team sharing the folder or the account that
+    serves the model. Links are left alone (chmod would follow them)."""
+    mask = umask()
+    for folder, _, files in os.walk(root):
+        os.chmod(folder, 0o777 & ~mask)
+        for name in files:
+            path = os.path.join(folder, name)
+            info = os.lstat(path)
+            if stat.S_ISREG(info.st_mode):
+                os.chmod(path, (0o777 if info.st_mode & 0o111 else 0o666) & ~mask)
 
 
 def read_json(path):
@@ -86,7 +111,8 @@ def fsync_tree(root: Path) -> None:
 @contextmanager
 def atomic_dir(path):
     """Yield a temporary folder that replaces `path` only on success: its
-    files are fsynced, it is renamed into place, and the parent is fsynced.
+    modes follow the umask, its files are fsynced, it is renamed into place,
+    and the parent is fsynced.
     A previous `path` is moved aside first and removed after the rename."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -95,6 +121,7 @@ def atomic_dir(path):
     try:
         with space_for(path):
             yield tmp
+            follow_umask(tmp)
             fsync_tree(tmp)
         if path.exists():
             os.replace(path, old)

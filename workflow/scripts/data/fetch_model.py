@@ -13,6 +13,7 @@ import shutil
 import sys
 from pathlib import Path
 
+from workflow.scripts.common.atomic import follow_umask
 from workflow.scripts.settings import step
 from workflow.scripts.common.errors import UserError
 
@@ -44,6 +45,7 @@ def fetch(model: str, out: Path) -> Path:
     partial = out.with_name(out.name + ".cpuddp-tmp")
     shutil.rmtree(partial, ignore_errors=True)
     shutil.copytree(snapshot, partial, symlinks=False)
+    follow_umask(partial)  # copytree keeps the cache's modes, not this user's umask
     shutil.rmtree(out, ignore_errors=True)
     partial.rename(out)
     return out

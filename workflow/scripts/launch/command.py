@@ -160,6 +160,7 @@ def ranks_argv(dist: DistributedSettings, mpi: dict, hosts: list[str] | None, pp
         return srun_argv(dist.nodes, ppn, threads, program, extra)
     hostfile = None
     if hosts:
+        # A folder of its own (mkdtemp: 0700 in /tmp, mpirun's alone), not an output.
         hostfile = write_hostfile(mpi["flavour"], hosts, ppn, workdir or tempfile.mkdtemp(prefix="cpuddp-"))
     nprocs = (len(hosts) if hosts else 1) * ppn
     return mpirun_argv(mpi["flavour"], mpi["mpirun"], nprocs, ppn, env, program, hostfile, extra, passed)

@@ -8,6 +8,7 @@ from pathlib import Path
 from workflow.scripts.common.atomic import read_json, write_json
 from workflow.scripts.common.errors import run_cli
 from workflow.scripts.common.candidates import CANDIDATES
+from workflow.scripts.common import superseded
 from workflow.scripts.settings.sweep import named_values
 from workflow.scripts.report import glue_table, table, tracked
 from workflow.scripts.report.runs import DEPLOY_FILE, ENVIRONMENT, RUNTIMES, read_environment, read_train_metrics
@@ -65,6 +66,7 @@ def run_entry(name: str, run_dir: Path) -> dict:
         "peak_rss_mb_per_rank": [r["peak_rss_mb"] for r in train["ranks"]],
         "allreduce_wait_share": train.get("allreduce_wait_share"),
         "resumed_from_step": train.get("resumed_from_step"),
+        "superseded_checkpoints": superseded.listed(run_dir),  # training a rerun moved aside, kept
         # evaluation.every: which step's model won, by which metric, and every evaluation (null when off)
         "training_evaluation": train.get("evaluation"),
         "tries": _optional(run_dir / "tries.json"),

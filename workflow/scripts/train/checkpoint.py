@@ -7,7 +7,8 @@ COMPLETE marker exists; it is written last, every file and the folder are
 fsynced, then the folder is renamed from its temporary name (one of this
 host and process: two tries never share one) and the checkpoints folder is
 fsynced. The marker keeps the fingerprint's parts (train/fingerprint.py): a
-checkpoint of other work is never resumed, and one line says what changed.
+checkpoint of other work is never resumed, and one line says what changed
+and where it was moved aside (common/superseded.py: never deleted).
 Loading uses torch.load(weights_only=True).
 """
 
@@ -27,7 +28,8 @@ import torch.distributed as dist
 
 from workflow.scripts.common.atomic import fsync_dir, space_for
 from workflow.scripts.common.errors import UserError
-from workflow.scripts.train.fingerprint import change
+from workflow.scripts.common import superseded
+from workflow.scripts.train.fingerprint import change, changed_part
 
 MARKER = "COMPLETE"
 PREFIX = "step-"
@@ -167,11 +169,12 @@ def damage(folder: Path, meta: dict) -> str | None:
     return None
 
 
-def newest(root, fingerprint, log=None, remove_other=False) -> tuple[Path, dict] | None:
+def newest(root, fingerprint, log=None, set_aside=False) -> tuple[Path, dict] | None:
     """The newest checkpoint of the same work (fingerprint) that is whole, and
     its state. Every damaged one passed over is named in the log; those of
     other work in one line, which names the newest and what changed. With
-    `remove_other` they are deleted: a fresh start's checkpoints must not be
+    `set_aside` they are moved to the run's superseded/ (never deleted: the
+    training stays the user's), so a fresh start's checkpoints are never
     pruned in favour of them."""
     other, found = [], None
     for folder in reversed(valid(root)):
@@ -181,7 +184,7 @@ def newest(root, fingerprint, log=None, remove_other=False) -> tuple[Path, dict]
             meta, reason = None, "its marker is unreadable"
         changed = meta is not None and change(meta.get("fingerprint"), fingerprint)
         if changed:
-            other.append((folder, changed))
+            other.append((folder, changed, changed_part(meta.get("fingerprint"), fingerprint)))
             continue
         reason = damage(folder, meta) if meta is not None else reason
         if reason is None:
@@ -192,19 +195,24 @@ def newest(root, fingerprint, log=None, remove_other=False) -> tuple[Path, dict]
                 reason = f"it cannot be read ({type(err).__name__}: {str(err).splitlines()[0][:120]})"
         if log:
             log.warning(f"skipping checkpoint {folder}: {reason}; trying the next older one")
+    kept = None
+    if other and set_aside:  # first: a refusal (no space) leaves everything where it was
+        kept = superseded.set_aside([(f, part) for f, _, part in other], Path(root).parent)
     if other and log:
-        log.warning(other_work_line(other, found, remove_other))
-    for folder, _ in other if remove_other else []:
-        shutil.rmtree(folder, ignore_errors=True)
+        log.warning(other_work_line(other, found, kept, Path(root).parent))
     return found
 
 
-def other_work_line(other: list, found, removed: bool) -> str:
-    """One line: the newest checkpoint of other work, what changed, and what happens instead."""
-    folder, changed = other[0]
+def other_work_line(other: list, found, kept: Path | None, run_dir: Path) -> str:
+    """One line: the newest checkpoint of other work, what changed, what
+    happens instead, and where it was moved (with the command that deletes it)."""
+    folder, changed, _ = other[0]
     then = f"resuming from {found[0].name} instead" if found else "starting fresh"
-    more = f" ({len(other)} checkpoints of that work removed)" if removed and len(other) > 1 else ""
-    return f"checkpoint {folder.name} was trained {changed}: {then}{more}"
+    if kept is None:
+        return f"checkpoint {folder.name} was trained {changed}: {then}"
+    more = f" with {len(other) - 1} more of that work" if len(other) > 1 else ""
+    return (f"checkpoint {folder.name} was trained {changed}: {then}; it{more} is kept in {kept} "
+            f"(`{superseded.delete_command(run_dir)}` deletes what the run keeps aside)")
 
 
 def info(folder) -> dict:
@@ -262,7 +270,7 @@ class Checkpointer:
         if self.is_main:
             for tmp in clean_stale(self.root):
                 self.log.info(f"removed {tmp}: the temporary folder of a try that is gone")
-        payload = [newest(self.root, self.fingerprint, self.log, remove_other=True) if self.is_main else None]
+        payload = [newest(self.root, self.fingerprint, self.log, set_aside=True) if self.is_main else None]
         dist.broadcast_object_list(payload)  # rank 0's disk decides
         if payload[0] is None:
             return

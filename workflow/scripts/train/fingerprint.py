@@ -99,15 +99,20 @@ def first_difference(saved, current, where: str = "") -> str | None:
     return f"{where} was {saved!r}, now {current!r}"
 
 
+def changed_part(saved, current: dict) -> str | None:
+    """Which part differs (settings, data, model, step; `settings` for a
+    fingerprint of other parts), the first in that order; None if the same work."""
+    if not isinstance(saved, dict) or not isinstance(current, dict) or set(saved) != set(current):
+        return None if saved == current else "settings"
+    return next((part for part in current if first_difference(saved[part], current[part])), None)
+
+
 def change(saved, current: dict) -> str | None:
     """How a checkpoint's fingerprint differs from `current`, for the sentence
     `checkpoint X was trained <change>`; None if it is the same work."""
-    if not isinstance(saved, dict) or not isinstance(current, dict) or set(saved) != set(current):
-        if saved == current:
-            return None
+    part = changed_part(saved, current)
+    if part is None:
+        return None
+    if not isinstance(saved, dict) or set(saved) != set(current):
         return "with other training settings or by an older cpuddp (its fingerprint has other parts)"
-    for part in current:
-        found = first_difference(saved[part], current[part])
-        if found:
-            return f"{WHAT[part]} ({found})"
-    return None
+    return f"{WHAT[part]} ({first_difference(saved[part], current[part])})"

@@ -82,7 +82,7 @@ def compile_and_load(source: Path, cc: str | None = None, cache: Path | None = N
                 lines = done.stderr.strip().splitlines() or ["no output"]
                 first = next((line for line in lines if "error" in line), lines[-1])
                 return None, f"{' '.join(command)} could not build {source.name}: {first}"
-            os.chmod(temporary, 0o700)  # the linker's mode follows the umask
+            os.chmod(temporary, 0o700)  # owner-only whatever the umask: code this user loads (common/private.py)
             os.replace(temporary, target)
         why = private(target)
         if why or not target.is_file():

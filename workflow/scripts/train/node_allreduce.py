@@ -111,7 +111,7 @@ def create_file(path: Path, size: int) -> None:
     (a file, a link) is an error, never opened."""
     handle = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
-        os.fchmod(handle, 0o600)  # whatever the umask
+        os.fchmod(handle, 0o600)  # whatever the umask: another user must not read or change the sums
         os.ftruncate(handle, size)  # zero-filled: every counter starts at 0
     except OSError:
         os.unlink(path)
