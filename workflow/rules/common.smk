@@ -99,6 +99,20 @@ def run_dirs():
     return [f"{RESULTS}/{run}" for run in RUNS]
 
 
+def optional_charts():
+    """The report's charts that say something for this experiment (render.py
+    draws the same): the scaling chart with two runs or more, the evaluation
+    during training where a run has evaluation.every."""
+    charts = {}
+    if len(RUNS) > 1:
+        charts["scaling"] = report(f"{RESULTS}/report/scaling.png", caption="../report/scaling.rst",
+                                   category="Scaling", labels={"chart": "speedup"})
+    if any((r.get("evaluation") or {}).get("every") for r in RUNS.values()):
+        charts["evaluation"] = report(f"{RESULTS}/report/evaluation.png", caption="../report/evaluation.rst",
+                                      category="Training", labels={"run": "evaluation during training"})
+    return charts
+
+
 def machine_cores():
     """The cores for a step that takes the whole machine (--cores of a local
     run). A cluster executor has no total; the steps that stay on this node
