@@ -21,6 +21,8 @@ rule report_summary:
         runtimes=lambda wc: X.runtime_evaluations(),
         deploy=expand("{d}/deploy", d=run_dirs()),
     output:
+        # scaling.png with two runs or more, evaluation.png with evaluation.every.
+        **optional_charts(),
         summary=f"{RESULTS}/summary.json",
         # The report: opens on each run's answer (workflow/scripts/report/page.py).
         page=f"{RESULTS}/report.html",
@@ -32,8 +34,6 @@ rule report_summary:
             category="Summary",
             labels={"table": "runs"},
         ),
-        # scaling.png with two runs or more, evaluation.png with evaluation.every.
-        **optional_charts(),
         loss=report(
             f"{RESULTS}/report/loss.png",
             caption="../report/loss.rst",

@@ -93,7 +93,8 @@ def answer_table(summary: dict, envs: dict[str, dict]) -> str:
 
 
 def image(path: Path) -> str:
-    """A chart embedded (the page works offline), named for tests and readers: <img id="cpuddp-loss" alt="loss chart">."""
+    """A chart embedded (the page works offline), named for readers and
+    tests: <img id="cpuddp-loss" alt="loss chart">."""
     data = base64.b64encode(path.read_bytes()).decode()
     return (f'<img id="cpuddp-{path.stem}" alt="{path.stem} chart" src="data:image/png;base64,{data}"'
             ' style="max-width:100%">')

@@ -59,7 +59,10 @@ def write_report(summary: dict, settings: dict, results: Path, out_dir: Path, pa
 
 def charts(entries: list[dict], settings: dict, trains: dict, out_dir: Path) -> list[Path]:
     """The charts that say something: scaling with two runs or more (one run's
-    speedup over itself is 1.00x), the evaluations where a run has them, the loss."""
+    speedup over itself is 1.00x), the evaluations where a run has them, the
+    loss. A chart that an earlier version of the experiment had goes."""
+    for name in ("scaling.png", "evaluation.png"):
+        (out_dir / name).unlink(missing_ok=True)
     drawn = []
     if len(entries) > 1:
         plot_scaling(entries, settings.get("published"), out_dir / "scaling.png")
