@@ -33,8 +33,6 @@ endif
 
 demo: venv
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/snakemake --profile profiles/local --configfile experiments/demo.yaml
-	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/snakemake --profile profiles/local --configfile experiments/demo.yaml \
-		--report results/demo/report.html
 	@echo "Summary: results/demo/summary.json"
 	@echo "Report:  results/demo/report.html"
 
@@ -43,12 +41,18 @@ demo: venv
 # no hostfile.
 PROFILE ?= profiles/local
 
-# The HTML report of an experiment that has run: make report EXP=demo-sweep
+# The report of an experiment, results/<experiment>/report.html (every run
+# writes it; this brings it up to date without training what is done):
+#   make report EXP=demo-sweep            (experiments/demo-sweep.yaml)
+#   make report EXP=path/to/my.yaml       (any experiment file)
+# REPORT_ARGS: more snakemake arguments, e.g. "--directory /scratch/work".
 EXP ?= demo
+EXP_FILE = $(if $(wildcard experiments/$(EXP).yaml),experiments/$(EXP).yaml,$(EXP))
+REPORT_ARGS ?=
 report: venv
-	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/snakemake --profile $(PROFILE) --configfile experiments/$(EXP).yaml \
-		--report results/$(EXP)/report.html
-	@echo "Report: results/$(EXP)/report.html"
+	@test -f '$(EXP_FILE)' || { echo "make report: no experiment file '$(EXP)' (EXP=<name in experiments/> or EXP=path/to/file.yaml)" >&2; exit 2; }
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/snakemake --profile $(PROFILE) $(REPORT_ARGS) report_summary \
+		--configfile '$(EXP_FILE)'
 
 # Two experiments side by side and against their published figures:
 # make compare A=blog-mrpc-nodes [B=other-experiment]

@@ -47,6 +47,11 @@ include: "workflow/rules/plan.smk"
 workflow.localrules(*(r.name for r in workflow.rules if r.name not in MPI_RULES))
 
 
+# The last line of a run that did something: where results/<experiment>/report.html is.
+onsuccess:
+    report_hint()
+
+
 rule all:
     default_target: True
     input:

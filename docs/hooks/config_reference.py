@@ -1,11 +1,18 @@
-"""MkDocs hook: the configuration reference, generated from the config schema.
+"""The configuration reference of docs/configuration.md, generated from the
+config schema, and the MkDocs hook that checks it is current.
 
-docs/configuration.md holds the marker below; at build time it becomes one
-table per section (key path, type or allowed values, default, description),
-walked from workflow/schemas/config.schema.yaml, so no default or description
-is ever copied by hand. Nested objects become sections of their own. A key
-without a `description` is a warning, which `mkdocs build --strict` (make
-docs) turns into a failure naming the key.
+docs/configuration.md holds the reference between the two markers below,
+checked in so that a clone reads it without building the site: one table per
+section (key path, type or allowed values, default, description), walked
+from workflow/schemas/config.schema.yaml, so no default or description is
+ever copied by hand. Nested objects become sections of their own.
+
+    python docs/hooks/config_reference.py     (make config-reference; make docs runs it first)
+
+rewrites the text between the markers. At build time the hook warns when
+that text is not what the schema gives, and when a key has no
+`description`; `mkdocs build --strict` (make docs) turns either into a
+failure. tests/unit/test_docs_pages.py checks the same without MkDocs.
 """
 
 import json
@@ -14,8 +21,10 @@ from pathlib import Path
 
 import yaml
 
-MARKER = "<!-- config-reference -->"
-SCHEMA = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
+MARKER, END = "<!-- config-reference -->", "<!-- /config-reference -->"
+REPO = Path(__file__).resolve().parents[2]
+SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
+PAGE = REPO / "docs" / "configuration.md"
 log = logging.getLogger("mkdocs.hooks.config_reference")
 
 
@@ -26,11 +35,27 @@ def on_config(config):
 
 
 def on_page_markdown(markdown, page, config, files):
-    """Replace the marker of docs/configuration.md with the generated tables."""
-    if MARKER not in markdown:
-        return markdown
-    schema = yaml.safe_load(SCHEMA.read_text())
-    return markdown.replace(MARKER, render_reference(schema))
+    """Warn (a failure under --strict) when the checked-in reference is not the schema's."""
+    if MARKER in markdown and with_reference(markdown) != markdown:
+        log.warning("docs/configuration.md: the reference is not the schema's: run make config-reference")
+    return markdown
+
+
+def reference():
+    """The generated reference of the current schema."""
+    return render_reference(yaml.safe_load(SCHEMA.read_text()))
+
+
+def with_reference(markdown):
+    """`markdown` with the text between the markers replaced by the generated reference."""
+    before, rest = markdown.split(MARKER, 1)
+    after = rest.split(END, 1)[1] if END in rest else rest
+    return f"{before}{MARKER}\n\n{reference()}\n{END}{after}"
+
+
+def main():
+    PAGE.write_text(with_reference(PAGE.read_text()))
+    print(f"{PAGE.relative_to(REPO)}: configuration reference written from {SCHEMA.relative_to(REPO)}")
 
 
 def render_reference(schema):
@@ -129,3 +154,7 @@ def cell(text):
     parts = one_line(text).replace("|", "\\|").split("`")
     parts[::2] = [part.replace("<", "&lt;").replace(">", "&gt;") for part in parts[::2]]
     return "`".join(parts)
+
+
+if __name__ == "__main__":
+    main()

@@ -121,12 +121,69 @@ def test_write_report_from_run_folders(tmp_path):
         write_json(results / e["run"] / "train_metrics.json",
                    {"loss_history": [[5, 0.6], [10, 0.4]], "steps": 10, "train_samples": 160})
         write_json(results / e["run"] / "environment.json", {"host": "h", "versions": {}})
-    written = render.write_report(SUMMARY, {"published": None}, results, results / "report")
-    names = {p.relative_to(results / "report").as_posix() for p in written}
-    assert names == {"summary.html", "quantization.html", "environment.html", "tries.html", "scaling.png",
-                     "loss.png", "loss/ppn1.png", "loss/ppn2.png", "overview.html"}
+    written = render.write_report(SUMMARY, {"published": None}, results, results / "report", results / "report.html")
+    names = {p.relative_to(results).as_posix() for p in written}
+    assert names == {f"report/{n}" for n in ("summary.html", "quantization.html", "environment.html", "tries.html",
+                                             "scaling.png", "loss.png", "loss/ppn1.png", "loss/ppn2.png",
+                                             "overview.html")} | {"report.html"}
     overview = (results / "report" / "overview.html").read_text()
     assert 'id="cpuddp-summary"' in overview and overview.count("data:image/png;base64,") == 2
+    page = (results / "report.html").read_text()
+    assert page.startswith("<!DOCTYPE html>") and 'alt="scaling chart"' in page and 'alt="loss chart"' in page
+    assert "evaluation chart" not in page  # no run evaluated during training
+
+
+def run_folders(results, summary: dict, env: dict | None = None) -> None:
+    for e in summary["runs"]:
+        write_json(results / e["run"] / "train_metrics.json",
+                   {"loss_history": [[5, 0.6], [10, 0.4]], "steps": 10, "train_samples": 160})
+        write_json(results / e["run"] / "environment.json", {"host": "h", "versions": {}, **(env or {})})
+
+
+def test_one_run_has_no_scaling_chart_and_a_stale_one_goes(tmp_path):
+    results, one = tmp_path / "results/fake", {**SUMMARY, "runs": SUMMARY["runs"][:1]}
+    run_folders(results, one)
+    (results / "report").mkdir(parents=True)
+    (results / "report" / "scaling.png").write_bytes(PNG)  # from when the experiment had two runs
+    written = render.write_report(one, {"published": None}, results, results / "report", results / "report.html")
+    assert not (results / "report" / "scaling.png").exists()
+    assert "scaling.png" not in {p.name for p in written}
+    for page in (results / "report.html", results / "report" / "overview.html"):
+        text = page.read_text()
+        assert "scaling chart" not in text and 'alt="loss chart"' in text
+
+
+def test_the_evaluation_during_training_has_its_chart(tmp_path):
+    results = tmp_path / "results/fake"
+    evaluation = {"metric": "f1", "best_step": 4, "history": [{"step": 2, "epoch": 0, "f1": 0.5},
+                                                             {"step": 4, "epoch": 1, "f1": 0.8}]}
+    summary = {**SUMMARY, "runs": [{**SUMMARY["runs"][0], "training_evaluation": evaluation}, SUMMARY["runs"][1]]}
+    run_folders(results, summary)
+    render.write_report(summary, {"published": None}, results, results / "report", results / "report.html")
+    assert (results / "report" / "evaluation.png").read_bytes().startswith(PNG)
+    assert 'alt="evaluation chart"' in (results / "report.html").read_text()
+
+
+def test_the_page_opens_on_each_runs_answer(tmp_path):
+    results = tmp_path / "results/fake"
+    deployed = {**SUMMARY["runs"][0], "deploy": {"candidate": "int8", "label": "int8 OpenVINO",
+                                                  "why": "int8 is 2.50x eager fp32 within the accuracy gate"}}
+    plain = {**SUMMARY["runs"][1], "quantization": {"reason": "quantization.enabled false"}}
+    summary = {**SUMMARY, "runs": [deployed, plain]}
+    run_folders(results, summary, {"layout_reason": "measured: 2 x 1 fastest", "precision_reason": "requested"})
+    render.write_report(summary, {"model": "m", "task": "mrpc"}, results, results / "report", results / "report.html")
+    page = (results / "report.html").read_text()
+    answer = page.index('id="cpuddp-answer"')
+    assert answer < page.index("<img") and answer < page.index('id="cpuddp-summary"')  # the answer first
+    got = {(run, kind): re.sub(r"<[^>]+>", "|", text).strip("|") for run, kind, text in
+           re.findall(r'<td data-run="(\w+)" data-figure="(\w+)">(.*?)</td>', page)}
+    assert got[("ppn1", "fp32")] == "f1 0.9, accuracy 0.85" and got[("ppn1", "int8")] == "f1 0.88, accuracy 0.84"
+    assert got[("ppn2", "int8")] == "not quantized||quantization.enabled false"
+    assert got[("ppn1", "samples")] == "16" and got[("ppn2", "samples")] == "25.6"
+    assert got[("ppn1", "deployed")] == "int8 OpenVINO||int8 is 2.50x eager fp32 within the accuracy gate"
+    assert got[("ppn2", "deployed")] == "nothing deployed"
+    assert got[("ppn2", "layout")] == "1 node(s) x 2 rank(s) x 1 thread(s), gloo||measured: 2 x 1 fastest"
+    assert got[("ppn1", "precision")] == "fp32||requested"
 
 
 def test_each_run_has_a_table_of_its_tries_linking_their_log_folders(tmp_path):

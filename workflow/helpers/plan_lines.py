@@ -60,7 +60,8 @@ def run_line(name: str, run: dict, results: str, cluster: str | None, base: Path
 
 
 def experiment_line(experiment: str, runs: int, results: str) -> str:
-    return f"cpuddp experiment {experiment}: {runs} run(s); summary in {results}/summary.json"
+    return (f"cpuddp experiment {experiment}: {runs} run(s); summary in {results}/summary.json,"
+            f" report in {results}/report.html")
 
 
 # The events of a job's block, and the header's quietness (snakemake.logging).

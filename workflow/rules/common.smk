@@ -2,6 +2,7 @@
 # workflow/helpers/experiment.py), what is printed and registered when the
 # workflow is parsed (`announce`), and the input functions of the rules.
 # Stage files hold only rules.
+import os
 import sys
 
 import snakemake.logging
@@ -97,6 +98,37 @@ def deploy_inputs(wildcards):
 
 def run_dirs():
     return [f"{RESULTS}/{run}" for run in RUNS]
+
+
+def optional_charts():
+    """The report's charts that say something for this experiment (render.py
+    draws the same): the scaling chart with two runs or more, the evaluation
+    during training where a run has evaluation.every."""
+    charts = {}
+    if len(RUNS) > 1:
+        charts["scaling"] = report(
+            f"{RESULTS}/report/scaling.png",
+            caption="../report/scaling.rst",
+            category="Scaling",
+            labels={"chart": "speedup"},
+        )
+    if any((r.get("evaluation") or {}).get("every") for r in RUNS.values()):
+        charts["evaluation"] = report(
+            f"{RESULTS}/report/evaluation.png",
+            caption="../report/evaluation.rst",
+            category="Training",
+            labels={"run": "evaluation during training"},
+        )
+    return charts
+
+
+def report_hint():
+    """The last line of a run that did something (Snakefile `onsuccess`):
+    where its report is. A run with nothing to do names it when it starts
+    (experiment_line)."""
+    page = f"{RESULTS}/report.html"
+    if os.path.isfile(page):
+        print(f"Report: {page}", file=sys.stderr)
 
 
 def machine_cores():

@@ -1,13 +1,16 @@
-# The experiment's summary.json (one entry per run) and its report: tables
-# and charts marked for `snakemake --report report.html` (landing page:
+# The experiment's summary.json (one entry per run) and its report:
+# results/<experiment>/report.html, written by every run that reaches `rule
+# all` (a job like the others: a rerun with nothing changed does nothing,
+# and on Slurm it runs on the login node), and the same tables and charts
+# marked for Snakemake's own `--report` (landing page:
 # workflow/report/workflow.rst; captions: workflow/report/*.rst).
 
 
 report: "../report/workflow.rst"
 
 
-# One job writes summary.json and the report files, so that `rule all`
-# (summary.json) leaves everything `snakemake --report` needs.
+# One job writes summary.json, report.html and the report files, so that
+# `rule all` leaves everything `snakemake --report` needs.
 rule report_summary:
     input:
         cfg=f"{RESULTS}/config/report.json",
@@ -18,7 +21,11 @@ rule report_summary:
         runtimes=lambda wc: X.runtime_evaluations(),
         deploy=expand("{d}/deploy", d=run_dirs()),
     output:
+        # scaling.png with two runs or more, evaluation.png with evaluation.every.
+        **optional_charts(),
         summary=f"{RESULTS}/summary.json",
+        # The report: opens on each run's answer (workflow/scripts/report/page.py).
+        page=f"{RESULTS}/report.html",
         # The landing page (workflow.rst) includes it: runs table, charts.
         overview=f"{RESULTS}/report/overview.html",
         table=report(
@@ -26,12 +33,6 @@ rule report_summary:
             caption="../report/summary.rst",
             category="Summary",
             labels={"table": "runs"},
-        ),
-        scaling=report(
-            f"{RESULTS}/report/scaling.png",
-            caption="../report/scaling.rst",
-            category="Scaling",
-            labels={"chart": "speedup"},
         ),
         loss=report(
             f"{RESULTS}/report/loss.png",
@@ -75,12 +76,12 @@ rule report_summary:
         runs=[a for run in RUNS for a in ("--run", run)],
         experiment=EXP,
         results=lambda wc, output: os.path.dirname(output.summary),
-        report_dir=lambda wc, output: os.path.dirname(output.scaling),
+        report_dir=lambda wc, output: os.path.dirname(output.loss),
     shell:
         "python -m workflow.scripts.report.summary --experiment {params.experiment:q} --results {params.results:q}"
         " {params.runs:q} --config {input.cfg:q} --out {output.summary:q} 2> {log:q}"
         " && python -m workflow.scripts.report.render --summary {output.summary:q} --config {input.cfg:q}"
-        " --results {params.results:q} --out-dir {params.report_dir:q} 2>> {log:q}"
+        " --results {params.results:q} --out-dir {params.report_dir:q} --page {output.page:q} 2>> {log:q}"
 
 
 # The accuracy table of a sweep over task or seed (in `rule all` then):
@@ -90,6 +91,8 @@ rule report_table:
     input:
         cfg=f"{RESULTS}/config/report.json",
         summary=f"{RESULTS}/summary.json",
+        # The report: opens on each run's answer (workflow/scripts/report/page.py).
+        page=f"{RESULTS}/report.html",
     output:
         md=f"{RESULTS}/table.md",
         csv=f"{RESULTS}/table.csv",

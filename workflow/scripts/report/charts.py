@@ -1,5 +1,6 @@
 """The report's matplotlib charts: the loss of each run and of all runs, and
-the measured speedup against ideal and published.
+the measured speedup against ideal and published, and the evaluations during
+training (evaluation.every).
 
 matplotlib comes from common/figures.py (Agg, on first use): the report step
 runs on machines without a display, and the tables need no matplotlib.
@@ -77,6 +78,31 @@ def plot_scaling(entries: list[dict], published: dict | None, path: Path) -> Non
     ax.set(ylabel=f"speedup over {names[0]} (throughput)", title="Scaling: measured against ideal")
     ax.legend(fontsize="small", loc="upper left")
     ax.grid(axis="y", alpha=0.3)
+    save(fig, path)
+
+
+def evaluated(entries: list[dict]) -> list[dict]:
+    """The runs that evaluated during training (evaluation.every): those the chart has."""
+    return [e for e in entries if (e.get("training_evaluation") or {}).get("history")]
+
+
+def plot_evaluation(entries: list[dict], path: Path) -> None:
+    """Each run's deciding metric at each evaluation during training, its best marked."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    metrics = []
+    for e in evaluated(entries):
+        ev = e["training_evaluation"]
+        metrics.append(ev["metric"])
+        points = [(h["step"], h[ev["metric"]]) for h in ev["history"] if h.get(ev["metric"]) is not None]
+        ax.plot([s for s, _ in points], [v for _, v in points], marker="o", markersize=3, label=e["run"])
+        best = [v for s, v in points if s == ev.get("best_step")]
+        if best:
+            ax.plot([ev["best_step"]], best[:1], "*", color="#dc2626", markersize=11)
+    ax.set(xlabel="training step", ylabel=f"dev {' / '.join(dict.fromkeys(metrics))}",
+           title="Evaluation during training (star: best)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="small")
     save(fig, path)
 
 
