@@ -93,10 +93,9 @@ def remove_burst(work: Path, keep: str | None = None) -> None:
 
 # Timed steps of each burst of processes_per_node auto (after WARMUP_STEPS):
 # every layout trains the same batches, so what is left between two layouts'
-# figures is the machine's step-to-step noise; runs of one layout differ by
-# about 5% (docs/performance.md, the bench's repeats), and the mean of 12
-# steps has a standard error of about a third of a step's spread (1/sqrt(12)),
-# under the gaps between layouts worth a pick, at about 15 steps a layout.
+# figures besides their speed is the machine's step-to-step noise, whose
+# standard error the mean of 12 steps cuts to 1/sqrt(12), 0.29 of a step's
+# spread, at 15 steps a layout.
 AUTO_STEPS = 12
 
 
