@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import signal
+from pathlib import Path
 
 import datasets
 import pytest
@@ -77,7 +78,7 @@ def test_a_failed_burst_drops_its_layout_with_a_line_and_the_tuning_goes_on(monk
                               "gradient_accumulation_steps": 1}
     assert record["dropped"] == ["2 x 1: its burst failed (tuning burst failed with 2 ranks: see logs); dropped"]
     assert "tune: 2 x 1: its burst failed" in capsys.readouterr().err
-    assert json.loads(open(record["cache_file"]).read())["dropped"] == record["dropped"]
+    assert json.loads(Path(record["cache_file"]).read_text())["dropped"] == record["dropped"]
 
 
 def test_with_every_burst_failed_the_run_takes_the_fallback_uncached(monkeypatch, tuning, tmp_path):

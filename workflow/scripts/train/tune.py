@@ -67,7 +67,7 @@ def measure(config: dict, data: str, work: Path) -> tuple[float | None, str | No
     (SIGTERM, Ctrl-C) is no failure of the layout: it ends the tuning."""
     try:
         metrics = run_training(config, data, work, "tuning burst")[1]
-    except Exception as err:  # noqa: BLE001 - any failure of one layout drops that layout only
+    except Exception as err:  # any failure of one layout drops that layout only
         remove_burst(work, keep="logs")
         return None, (str(err).strip().splitlines() or [type(err).__name__])[0]
     except BaseException:
@@ -179,7 +179,8 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--config", required=True, help="train configuration JSON")
     parser.add_argument("--data", required=True, help="tokenized DatasetDict folder")
-    parser.add_argument("--steps", type=int, help=f"timed steps of each burst, after {WARMUP_STEPS} warm-up steps (30; with --auto {AUTO_STEPS})")
+    parser.add_argument("--steps", type=int, help=f"timed steps of each burst, after {WARMUP_STEPS} warm-up "
+                                                  f"steps (30; with --auto {AUTO_STEPS})")
     parser.add_argument("--auto", action="store_true", help="the cached layout when there is one, else measure it")
     parser.add_argument("--cache", help="the layout cache folder (default: settings/layout.cache_dir)")
     parser.add_argument("--out", required=True, help="layout JSON to write")
