@@ -1,8 +1,10 @@
 """processes_per_node auto through the real workflow on this machine, with
 the tiny model: the first run bursts every ranks x threads split of the
-cores (2 x 1 and 1 x 2 on 2 cores) at the run's batch and records the
+cores (2 x 1 and 1 x 2 on 2 cores) at the run's global batch and records the
 faster with both figures; the next run of the same shape takes the cached
-layout with no burst; a number wins with no burst at all."""
+layout with no burst; a number wins with no burst at all. A burst that
+fails (rank 1 killed, CPUDDP_FAULT) drops its layout and the run trains;
+two layouts forced through the cache train the same global batch and steps."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from workflow.scripts.settings import layout
 from workflow.scripts.train import tune
 
 RUN = Path("results/tiny/default")
+TRAINED = str(RUN / "train_metrics.json")
 
 
 def experiment(work: Path, model: Path, **distributed) -> Path:
@@ -38,6 +41,10 @@ def test_auto_measures_once_then_uses_the_cache_and_a_number_wins(tmp_path, tiny
     info = environment(tmp_path)
     record = info["layout"]
     assert record["source"] == "measured" and record["cached"] is False and record["steps"] == tune.AUTO_STEPS
+    assert record["warmup_steps"] == 3 and record["dropped"] == []
+    # both at the global batch of one rank of batch 8: 8 x 1 and 4 x 2
+    assert {(r["processes_per_node"], r["batch_size"], r["gradient_accumulation_steps"]) for r in record["table"]} \
+        == {(1, 8, 1), (2, 4, 1)}
     rows = {(r["processes_per_node"], r["threads_per_process"]): r["train_samples_per_second"]
             for r in record["table"]}
     assert list(rows) == tune.layouts(record["cores"]) and all(rate > 0 for rate in rows.values())
@@ -69,3 +76,36 @@ def test_auto_measures_once_then_uses_the_cache_and_a_number_wins(tmp_path, tiny
     given = environment(tmp_path)
     assert given["processes_per_node"] == slower[0] and given["layout"] == {"source": "set"}
     assert given["layout_reason"] == f"processes_per_node {slower[0]} as set (no burst)"
+
+
+def test_a_failed_burst_drops_its_layout_and_two_forced_layouts_train_one_recipe(tmp_path, tiny_model_dir,
+                                                                                 monkeypatch):
+    cache = tmp_path / "cache"
+    monkeypatch.setenv(layout.CACHE_ENV, str(cache))
+    configfile = experiment(tmp_path, tiny_model_dir)  # processes_per_node: auto; batch 8, 2 epochs
+    with monkeypatch.context() as patch:
+        patch.setenv("CPUDDP_FAULT", "final-save:1")  # rank 1 dies: the 2 x 1 burst fails, the 1 x 2 one cannot
+        snakemake(tmp_path, configfile, TRAINED)
+    info = environment(tmp_path)
+    assert info["layout"]["source"] == "measured" and info["processes_per_node"] == 1
+    assert [line.split(" (")[0] for line in info["layout"]["dropped"]] == ["2 x 1: its burst failed"]
+    assert "dropped: 2 x 1: its burst failed" in info["layout_reason"]
+    log = (tmp_path / "logs/measure_layout/tiny/default.log").read_text()
+    assert "tune: 2 x 1: its burst failed" in log and "rank 1" in log
+    one = json.loads((tmp_path / TRAINED).read_text())
+    assert (one["world_size"], one["batch_size_per_rank"], one["gradient_accumulation_steps"]) == (1, 8, 1)
+
+    # Forced to 2 x 1 through the cache entry the first run wrote: the same recipe, split in two.
+    entry = next(cache.iterdir())
+    record = json.loads(entry.read_text())
+    forced = {"processes_per_node": 2, "threads_per_process": 1, "batch_size": 4, "gradient_accumulation_steps": 1}
+    record.update(best=forced, table=record["table"] + [{**forced, "train_samples_per_second": 1e6}])
+    entry.write_text(json.dumps(record))
+    for made in ("layout.json", "environment.json", "train_metrics.json"):
+        (tmp_path / RUN / made).unlink()
+    snakemake(tmp_path, configfile, TRAINED)
+    assert environment(tmp_path)["layout"]["source"] == "cached"
+    two = json.loads((tmp_path / TRAINED).read_text())
+    assert (two["world_size"], two["batch_size_per_rank"], two["gradient_accumulation_steps"]) == (2, 4, 1)
+    assert two["global_batch"] == one["global_batch"] == 8
+    assert two["steps"] == one["steps"] == 2 * one["steps_per_epoch"] and one["steps_per_epoch"] > 1

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import datasets
 import pytest
 
 from workflow.scripts.common.errors import UserError
@@ -15,10 +16,14 @@ from workflow.scripts.settings import layout
 from workflow.scripts.settings.views import DistributedSettings
 from workflow.scripts.train import tune
 
-SHAPE = {"model": "bert:abc", "task": "mrpc", "batch_size": 16, "max_seq_length": 128, "precision": "fp32",
-         "model_code": "auto", "speed": {}, "lora": None}
-TABLE = [{"processes_per_node": 1, "threads_per_process": 2, "train_samples_per_second": 50.2},
-         {"processes_per_node": 2, "threads_per_process": 1, "train_samples_per_second": 77.3}]
+SHAPE = {"model": "bert:abc", "task": "mrpc", "batch_size": 16, "gradient_accumulation_steps": 1,
+         "max_seq_length": 128, "precision": "fp32", "model_code": "auto", "speed": {}, "lora": None,
+         "backend": "auto", "bucket_cap_mb": 25, "gradient_compression": "none",
+         "lengths": {"mean": 40.5, "p10": 20, "p50": 38, "p90": 70, "max": 128}}
+TABLE = [{"processes_per_node": 1, "threads_per_process": 2, "batch_size": 16, "gradient_accumulation_steps": 1,
+          "train_samples_per_second": 50.2},
+         {"processes_per_node": 2, "threads_per_process": 1, "batch_size": 8, "gradient_accumulation_steps": 1,
+          "train_samples_per_second": 77.3}]
 
 
 def raw(ranks, threads):
@@ -30,7 +35,8 @@ def dist(ranks, threads):
 
 
 def record(**changes):
-    return {"cpu_model": "AMD EPYC 9B14", "cores": 2, "shape": SHAPE, "steps": 8, "table": TABLE,
+    return {"cpu_model": "AMD EPYC 9B14", "cores": 2, "shape": SHAPE, "warmup_steps": 3, "steps": 12,
+            "table": TABLE, "dropped": [],
             "best": layout.pick(TABLE), "measured_at": "2026-11-26T22:00:00Z", "cache_file": "/c/x.json",
             "cached": False, **changes}
 
@@ -60,8 +66,10 @@ def test_numbers_win_with_no_burst():
 def test_auto_takes_the_faster_layout_and_says_why():
     chosen = layout.decide(dist("auto", "auto"), record(), cores=2)
     assert (chosen.processes_per_node, chosen.threads_per_process, chosen.source) == (2, 1, "measured")
-    assert chosen.reason == ("auto: 2 x 1 (ranks x threads) at 77.3 samples/s, against 1 x 2 50.2; 8-step bursts "
-                             "at batch 16 per rank on AMD EPYC 9B14 (2 cores); measured now, cached in /c/x.json")
+    assert chosen.reason == ("auto: 2 x 1 (ranks x threads) at 77.3 samples/s, against 1 x 2 50.2; bursts of 3 "
+                             "warm-up + 12 timed steps at global batch 16 per node (8 per rank x 1 accumulation at "
+                             "the pick) on AMD EPYC 9B14 (2 cores); measured now, cached in /c/x.json")
+    assert (chosen.batch_size, chosen.gradient_accumulation_steps) == (8, 1)  # the global batch kept: 16
     cached = layout.decide(dist("auto", "auto"), record(cached=True), cores=2)
     assert cached.source == "cached" and "cached (/c/x.json, measured 2026-11-26T22:00:00Z)" in cached.reason
     with pytest.raises(UserError, match="processes_per_node is auto but no measured layout was given"):
@@ -69,11 +77,12 @@ def test_auto_takes_the_faster_layout_and_says_why():
 
 
 def test_the_pick_is_the_fastest_and_a_tie_goes_to_fewer_ranks():
-    assert layout.pick(TABLE) == {"processes_per_node": 2, "threads_per_process": 1}
+    assert layout.pick(TABLE) == {"processes_per_node": 2, "threads_per_process": 1, "batch_size": 8,
+                                  "gradient_accumulation_steps": 1}
     slower_two = [dict(TABLE[0]), {**TABLE[1], "train_samples_per_second": 40.0}]
-    assert layout.pick(slower_two) == {"processes_per_node": 1, "threads_per_process": 2}
+    assert layout.pick(slower_two)["processes_per_node"] == 1
     tie = [{**row, "train_samples_per_second": 60.0} for row in reversed(TABLE)]
-    assert layout.pick(tie) == {"processes_per_node": 1, "threads_per_process": 2}
+    assert layout.pick(tie)["processes_per_node"] == 1
 
 
 def test_the_key_names_the_cpu_and_changes_with_cpu_cores_and_shape():
@@ -112,8 +121,7 @@ def test_a_cache_entry_counts_only_for_its_own_key(tmp_path):
     path.write_text("{not json")
     assert layout.read_cached(path, "AMD EPYC 9B14", 2, SHAPE) is None  # damaged: measured again
     path.write_text(json.dumps(record()))
-    assert layout.read_cached(path, "AMD EPYC 9B14", 2, SHAPE)["best"] == {"processes_per_node": 2,
-                                                                           "threads_per_process": 1}
+    assert layout.read_cached(path, "AMD EPYC 9B14", 2, SHAPE)["best"]["processes_per_node"] == 2
     assert layout.read_cached(path, "AMD EPYC 9B14", 4, SHAPE) is None
 
 
@@ -123,23 +131,38 @@ def test_one_burst_per_cpu_and_shape_then_the_cache(monkeypatch, tmp_path):
     bursts = []
 
     def run_training(config, data, work, what):
-        bursts.append(config["distributed"]["processes_per_node"])
-        return {}, {"train_samples_per_second": {1: 10.0, 2: 30.0}[bursts[-1]]}
+        train = config["train"]
+        bursts.append((config["distributed"]["processes_per_node"], train["batch_size"],
+                       train["gradient_accumulation_steps"], train["max_steps"]))
+        return {}, {"train_samples_per_second": 1.0, "steady_samples_per_second": {1: 10.0, 2: 30.0}[bursts[-1][0]]}
 
     monkeypatch.setattr(tune, "run_training", run_training)
+    data = tokenized(tmp_path / "tok", [3, 5, 9])
     config = {"task": "mrpc", "model": "m", "distributed": raw("auto", "auto"),
               "train": {"batch_size": 8, "max_seq_length": 64, "precision": "fp32"}}
-    first = tune.measured_layout(config, "tok", 4, tmp_path, tmp_path / "cache")
-    assert bursts == [1, 2] and first["cached"] is False and first["steps"] == 4
-    assert first["best"] == {"processes_per_node": 2, "threads_per_process": 1}
+    first = tune.measured_layout(config, data, 4, tmp_path, tmp_path / "cache")
+    # one global batch for both layouts (8 = 8 x 1 = 4 x 2), timed after the warm-up steps
+    assert bursts == [(1, 8, 1, 3 + 4), (2, 4, 1, 3 + 4)] and first["cached"] is False and first["steps"] == 4
+    assert first["best"] == {"processes_per_node": 2, "threads_per_process": 1, "batch_size": 4,
+                             "gradient_accumulation_steps": 1}
+    assert first["warmup_steps"] == 3 and first["shape"]["lengths"] == {"mean": 5.7, "p10": 3, "p50": 5, "p90": 9,
+                                                                        "max": 9}
     assert Path(first["cache_file"]).parent == tmp_path / "cache"
-    again = tune.measured_layout(config, "tok", 4, tmp_path, tmp_path / "cache")
-    assert bursts == [1, 2] and again["cached"] is True and again["table"] == first["table"]
+    again = tune.measured_layout(config, data, 4, tmp_path, tmp_path / "cache")
+    assert len(bursts) == 2 and again["cached"] is True and again["table"] == first["table"]
     other = {**config, "train": {**config["train"], "batch_size": 16}}
-    tune.measured_layout(other, "tok", 4, tmp_path, tmp_path / "cache")
-    assert bursts == [1, 2, 1, 2]  # another shape: its own burst
-    tune.measured_layout(config, "tok", 4, tmp_path, tmp_path / "cache", fresh=True)
-    assert len(bursts) == 6  # the tune target measures again
+    tune.measured_layout(other, data, 4, tmp_path, tmp_path / "cache")
+    assert len(bursts) == 4  # another shape: its own burst
+    tune.measured_layout(config, tokenized(tmp_path / "longer", [30, 50, 90]), 4, tmp_path, tmp_path / "cache")
+    assert len(bursts) == 6  # other token lengths: another step
+    tune.measured_layout(config, data, 4, tmp_path, tmp_path / "cache", fresh=True)
+    assert len(bursts) == 8  # the tune target measures again
+
+
+def tokenized(folder: Path, lengths: list[int]) -> str:
+    rows = datasets.Dataset.from_dict({"input_ids": [[1] * n for n in lengths]})
+    datasets.DatasetDict({"train": rows}).save_to_disk(str(folder))
+    return str(folder)
 
 
 def test_environment_json_records_the_figures_of_a_measured_layout_only():

@@ -1,15 +1,19 @@
 """Tuning bursts (train/tune.py) are deleted when tuning ends, whatever the
 outcome: each holds a saved model. A failed burst keeps only its rank logs,
-which its error names."""
+which its line names, and drops its layout alone: the tuning goes on, and
+with every burst failed the run takes the fallback layout (uncached)."""
 
 from __future__ import annotations
 
 import json
 import signal
+from pathlib import Path
 
+import datasets
 import pytest
 
 from workflow.scripts.common.errors import UserError
+from workflow.scripts.settings import layout
 from workflow.scripts.train import tune
 
 
@@ -23,9 +27,9 @@ def fake_training(fail_at: int | None = None, error: type[BaseException] = UserE
         (work / "model/model.safetensors").write_bytes(b"weights")
         (work / "logs").mkdir()
         (work / "logs/rank0.log").write_text("rank 0 said")
-        if len(calls) - 1 == fail_at:
+        if len(calls) - 1 == fail_at or fail_at == "all":
             raise error("tuning burst failed with 2 ranks: see logs")
-        return {}, {"train_samples_per_second": 10.0 * len(calls)}
+        return {}, {"train_samples_per_second": 1.0, "steady_samples_per_second": 10.0 * len(calls)}
 
     return run_training, calls
 
@@ -37,11 +41,14 @@ def tuning(monkeypatch, tmp_path):
     monkeypatch.setattr(tune.hardware, "usable_cores", lambda summary: 2)
     config = {"task": "mrpc", "model": "m",
               "distributed": {"nodes": 1, "hostfile": None, "processes_per_node": 1, "threads_per_process": 2},
-              "train": {"max_steps": None, "checkpoint_every": 0, "log_every": 1}}
+              "train": {"max_steps": None, "checkpoint_every": 0, "log_every": 1, "batch_size": 8,
+                        "max_seq_length": 16}}
     (tmp_path / "train.json").write_text(json.dumps(config))
+    rows = datasets.Dataset.from_dict({"input_ids": [[1] * n for n in (3, 5, 9)]})
+    datasets.DatasetDict({"train": rows}).save_to_disk(str(tmp_path / "tok"))
     out = tmp_path / "tune" / "layout.json"
     previous = signal.getsignal(signal.SIGTERM)
-    yield ["--config", str(tmp_path / "train.json"), "--data", "tok", "--out", str(out),
+    yield ["--config", str(tmp_path / "train.json"), "--data", str(tmp_path / "tok"), "--out", str(out),
            "--cache", str(tmp_path / "cache")], out
     signal.signal(signal.SIGTERM, previous)
 
@@ -55,8 +62,41 @@ def test_bursts_are_deleted_after_a_tuning_that_succeeds(monkeypatch, tuning):
     assert not (out.parent / "bursts").exists()
 
 
-@pytest.mark.parametrize("error", [UserError, KeyboardInterrupt, SystemExit])
-def test_a_failed_burst_keeps_only_its_logs_and_the_others_are_gone(monkeypatch, tuning, error):
+@pytest.mark.parametrize("error", [UserError, RuntimeError])
+def test_a_failed_burst_drops_its_layout_with_a_line_and_the_tuning_goes_on(monkeypatch, tuning, error, capsys):
+    argv, out = tuning
+    run_training, calls = fake_training(fail_at=1, error=error)
+    monkeypatch.setattr(tune, "run_training", run_training)
+    tune.main(argv)
+    first, failed = calls
+    assert not first.exists()
+    assert sorted(p.name for p in failed.iterdir()) == ["logs"]  # the failed burst's logs, named by its line
+    assert (failed / "logs/rank0.log").read_text() == "rank 0 said"
+    record = json.loads(out.read_text())
+    assert [r["processes_per_node"] for r in record["table"]] == [1] and record["fallback"] is False
+    assert record["best"] == {"processes_per_node": 1, "threads_per_process": 2, "batch_size": 8,
+                              "gradient_accumulation_steps": 1}
+    assert record["dropped"] == ["2 x 1: its burst failed (tuning burst failed with 2 ranks: see logs); dropped"]
+    assert "tune: 2 x 1: its burst failed" in capsys.readouterr().err
+    assert json.loads(Path(record["cache_file"]).read_text())["dropped"] == record["dropped"]
+
+
+def test_with_every_burst_failed_the_run_takes_the_fallback_uncached(monkeypatch, tuning, tmp_path):
+    argv, out = tuning
+    run_training, calls = fake_training(fail_at="all")
+    monkeypatch.setattr(tune, "run_training", run_training)
+    tune.main(argv)
+    record = json.loads(out.read_text())
+    assert len(calls) == 2 and record["table"] == [] and record["fallback"] is True
+    assert record["best"] == {"processes_per_node": 1, "threads_per_process": 2, "batch_size": 8,
+                              "gradient_accumulation_steps": 1}  # one rank of every core, the batch as set
+    assert record["cache_file"] is None and not (tmp_path / "cache").exists()  # the next run bursts again
+    assert layout.reason(record).startswith("auto: 1 x 2 (ranks x threads), the fallback: no layout could be "
+                                            "measured (1 x 2: its burst failed")
+
+
+@pytest.mark.parametrize("error", [KeyboardInterrupt, SystemExit])
+def test_a_stopped_burst_ends_the_tuning_and_keeps_only_its_logs(monkeypatch, tuning, error):
     argv, out = tuning
     run_training, calls = fake_training(fail_at=1, error=error)
     monkeypatch.setattr(tune, "run_training", run_training)
@@ -65,7 +105,6 @@ def test_a_failed_burst_keeps_only_its_logs_and_the_others_are_gone(monkeypatch,
     first, failed = calls
     assert not first.exists()
     assert sorted(p.name for p in failed.iterdir()) == ["logs"]
-    assert (failed / "logs/rank0.log").read_text() == "rank 0 said"
     assert not out.exists()
 
 

@@ -56,8 +56,9 @@ rule train_ddp:
 
 # processes_per_node auto: the run's layout from the layout cache of this
 # CPU model and run shape, else from short bursts of every ranks x threads
-# split of the cores at the run's batch, on this (the launch) node, which
-# then fill the cache (workflow/scripts/train/tune.py, settings/layout.py).
+# split of the cores at the run's global batch, on this (the launch) node,
+# which then fill the cache (workflow/scripts/train/tune.py, settings/layout.py).
+# A failed burst drops its layout; with none left, one rank of every core.
 # The environment check records it and every node uses it.
 rule measure_layout:
     input:

@@ -57,6 +57,7 @@ def run_entry(name: str, run_dir: Path) -> dict:
         "mpi": f"{env['mpi']['flavour']} {env['mpi']['version']}",
         "precision": train["precision"],
         "epochs": train["epochs"],
+        "batch_size_per_rank": train.get("batch_size_per_rank"),  # a measured layout's split of the global batch
         "gradient_accumulation_steps": train.get("gradient_accumulation_steps", 1),
         "global_batch": train.get("global_batch"),
         "steps": train["steps"],

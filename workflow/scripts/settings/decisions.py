@@ -38,6 +38,10 @@ class RunDecisions:
     layout_reason: str = "?"
     """Why each choice was made, for the logs (the layout's: measured, cached
     or set; environment.json's `layout` holds the measured table)."""
+    batch_size_per_rank: int | None = None
+    gradient_accumulation_steps: int | None = None
+    """A measured layout's split of the global batch (processes_per_node auto,
+    settings/layout.split_batch); None: train.batch_size and accumulation as set."""
 
     def __post_init__(self):
         if self.threads_per_process < 1 or self.nodes < 1 or self.processes_per_node < 1:
@@ -47,6 +51,14 @@ class RunDecisions:
     @property
     def world_size(self) -> int:
         return self.nodes * self.processes_per_node
+
+    def recipe(self, train):
+        """`train` (TrainSettings) with this layout's per-rank batch and
+        accumulation, when the layout derived them; the global batch is the same."""
+        if self.batch_size_per_rank is None:
+            return train
+        return dataclasses.replace(train, batch_size=self.batch_size_per_rank,
+                                   gradient_accumulation_steps=self.gradient_accumulation_steps)
 
     def as_dict(self) -> dict:
         return asdict(self)

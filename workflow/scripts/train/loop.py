@@ -20,6 +20,12 @@ from workflow.scripts.train.evaluation import Evaluator
 from workflow.scripts.train.preempt import StopRequests
 from workflow.scripts.train.state import Progress, TrainingState
 
+# The first steps of a process that its steady rate leaves out: they build
+# oneDNN's primitives, grow the allocator's pools and make the all-reduce's
+# first connections (8-step tuning bursts that counted them read 141
+# samples/s of a run that trained at 262, issue 74).
+WARMUP_STEPS = 3
+
 
 def train_step(t: TrainingState, micro_batches: list) -> torch.Tensor:
     """One update from `accumulation` micro-batches: the gradients of every
@@ -68,6 +74,21 @@ def log_progress(progress: Progress, loss, t: TrainingState, global_batch: int, 
     tracking.log_step(progress.step, loss, t.scheduler.get_last_lr()[0], rate)  # report.trackers, rank 0
 
 
+def mark_warm(progress: Progress, steps_here: int, evaluator: Evaluator) -> None:
+    """The clock, samples and evaluation time once this process's warm-up steps are done."""
+    if steps_here == WARMUP_STEPS:
+        progress.warm = (time.perf_counter(), progress.samples, evaluator.seconds)
+
+
+def steady_rate(progress: Progress, evaluator: Evaluator) -> float | None:
+    """Training samples/s after the warm-up steps (None when none followed them)."""
+    if progress.warm is None or progress.samples <= progress.warm[1]:
+        return None
+    at, samples, evaluating = progress.warm
+    seconds = time.perf_counter() - at - (evaluator.seconds - evaluating)
+    return round((progress.samples - samples) / max(seconds, 1e-9), 3)
+
+
 def run_epochs(t: TrainingState, progress: Progress, checkpoints: Checkpointer, log,
                stops: StopRequests | None = None, evaluator: Evaluator | None = None) -> None:
     """The training loop, from wherever `progress` says it is; on a stop
@@ -83,6 +104,7 @@ def run_epochs(t: TrainingState, progress: Progress, checkpoints: Checkpointer, 
     global_batch = t.sampler.global_size
     progress.position_at_start = progress.samples
     progress.first_step_at, progress.started_at = None, psutil.Process().create_time()
+    first, progress.warm = progress.step, None
     t.ddp_model.train()
     start = time.perf_counter()
     while progress.step < t.total_steps and not progress.stopped_early:
@@ -94,6 +116,7 @@ def run_epochs(t: TrainingState, progress: Progress, checkpoints: Checkpointer, 
             progress.step += 1
             progress.batch_in_epoch = index + 1
             progress.samples += global_batch
+            mark_warm(progress, progress.step - first, evaluator)
             if progress.step % t.log_every == 0 or progress.step == t.total_steps:
                 loss = mean_over_ranks(loss)  # every rank sees the same value and stops together
                 check_finite(loss, progress.step, checkpoints.rank)
@@ -110,6 +133,7 @@ def run_epochs(t: TrainingState, progress: Progress, checkpoints: Checkpointer, 
         else:
             end_epoch(t, progress, checkpoints, evaluator)
     progress.seconds = time.perf_counter() - start - evaluator.seconds  # training only
+    progress.steady_samples_per_second = steady_rate(progress, evaluator)
     evaluator.finish(t, progress, checkpoints)
     checkpoints.save_final(t, progress)
 

@@ -16,6 +16,7 @@ resumes at the last step, trains nothing and saves the model.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import resource
@@ -109,6 +110,7 @@ def metrics_record(cfg: TrainView, decisions: RunDecisions, env: DistEnv, progre
         "train_samples": progress.samples,
         "train_seconds": round(progress.seconds, 3),
         "train_samples_per_second": round(trained / max(progress.seconds, 1e-9), 3),
+        "steady_samples_per_second": progress.steady_samples_per_second,  # after loop.WARMUP_STEPS steps
         "final_loss": loop.final_loss(progress),
         "resumed_from_step": progress.resumed_from_step,
         **t.choice.as_dict(),  # whose model code trained (train/model_code.py), and why
@@ -212,6 +214,7 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     with logs.exit_status(args.log_dir, ranks.read().rank) as status:
         config, decisions = step.read_view(args, TrainView), step.read_decisions(args)
+        config = dataclasses.replace(config, train=decisions.recipe(config.train))  # a measured layout's split
         train(config, decisions, args.data, Path(args.out), args.log_dir, status, args.raw)
 
 

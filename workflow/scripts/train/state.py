@@ -38,6 +38,9 @@ class Progress:
     position_at_start: int = 0  # samples already trained before this process started
     first_step_at: float | None = None  # wall clock (epoch seconds) when this process's first step ended
     started_at: float | None = None  # wall clock when the process that trained started
+    # Samples/s after the process's warm-up steps (loop.WARMUP_STEPS), and where they ended.
+    steady_samples_per_second: float | None = None
+    warm: tuple | None = None
     # Evaluation during training (train/evaluation.py): every evaluation's
     # metrics, the best so far ({"step", "metric", "value"}), evaluations in
     # a row without a gain, and whether early stopping ended the training.
@@ -50,7 +53,7 @@ class Progress:
     EVALUATED = ("evaluations", "best", "stale", "stopped_early")  # absent from an older cpuddp's checkpoints
     # How the try that trained last went: the final checkpoint keeps it, so
     # that a retry with nothing left to train reports that training's speed.
-    MEASURED = ("seconds", "position_at_start", "first_step_at", "started_at")
+    MEASURED = ("seconds", "position_at_start", "first_step_at", "started_at", "steady_samples_per_second")
 
     def state_dict(self) -> dict:
         return {k: v for k, v in asdict(self).items() if k in self.SAVED + self.MEASURED + self.EVALUATED}

@@ -1,13 +1,23 @@
 """Ranks versus threads: time short training bursts for each split of a
 node's cores (1 x C, 2 x C/2, ...) and keep the fastest layout.
 
+Every layout trains the same global batch (settings/layout.split_batch: the
+reference batch x accumulation, split into its ranks), so every burst
+trains the same first global batches of the same seed: the same token
+lengths, the same work. A burst is timed after its first
+loop.WARMUP_STEPS steps (train_metrics.json's steady_samples_per_second).
+A layout whose memory estimate exceeds what is available
+(train/layout_memory.py), or whose burst fails, is dropped with a line;
+when none is left the run takes layout.fallback, one rank of every core.
+
 Writes the measured table and the best layout. With --auto (rule
 measure_layout, for `distributed.processes_per_node: auto`) it first looks
 in the layout cache (settings/layout.py) and bursts only when this CPU
-model, core count and run shape have no entry, which it then writes; the
-`tune` target measures again (30 steps) and replaces the entry. Each burst (it saves a model) is
+model, core count and run shape have no entry, which it then writes (not a
+fallback: nothing was measured); the `tune` target measures again (30
+timed steps) and replaces the entry. Each burst (it saves a model) is
 deleted as soon as it is measured, whatever the outcome; a failed one keeps
-only its rank logs, which its error names. A SIGTERM between bursts ends
+only its rank logs, which its line names. A SIGTERM between bursts ends
 tuning the same way (one during a burst stops the burst's ranks first).
 """
 
@@ -22,10 +32,15 @@ import tempfile
 import time
 from pathlib import Path
 
+import psutil
+
 from workflow.scripts.probes import hardware
 from workflow.scripts.common.atomic import read_json, write_json
 from workflow.scripts.common.errors import run_cli
+from workflow.scripts.data.arrow_split import ArrowSplit
 from workflow.scripts.settings import layout
+from workflow.scripts.train import layout_memory
+from workflow.scripts.train.loop import WARMUP_STEPS
 from workflow.scripts.train.runs import run_training
 
 
@@ -34,23 +49,32 @@ def layouts(cores: int) -> list[tuple[int, int]]:
     return [(ranks, cores // ranks) for ranks in range(1, cores + 1) if cores % ranks == 0]
 
 
-def burst_config(config: dict, ranks: int, threads: int, steps: int) -> dict:
-    burst = copy.deepcopy(config)
-    burst["distributed"].update(nodes=1, hostfile=None, processes_per_node=ranks, threads_per_process=threads)
-    burst["train"].update(max_steps=steps, checkpoint_every=0, log_every=max(1, steps // 2))
+def burst_config(config: dict, row: dict, steps: int) -> dict:
+    """The run's configuration as a burst of `row`'s layout and split of the
+    global batch: WARMUP_STEPS + `steps` steps, whatever the epochs."""
+    burst, total = copy.deepcopy(config), WARMUP_STEPS + steps
+    burst["distributed"].update(nodes=1, hostfile=None, processes_per_node=row["processes_per_node"],
+                                threads_per_process=row["threads_per_process"])
+    burst["train"].update(batch_size=row["batch_size"], gradient_accumulation_steps=row["gradient_accumulation_steps"],
+                          max_steps=total, epochs=max(burst["train"].get("epochs") or 1, total),
+                          checkpoint_every=0, log_every=max(1, total // 2))
     return burst
 
 
-def measure(config: dict, data: str, work: Path) -> float:
-    """Training samples/s of one short run in `work`, deleted after it (a
-    failed run's logs kept)."""
+def measure(config: dict, data: str, work: Path) -> tuple[float | None, str | None]:
+    """(samples/s after the warm-up, None) of one short run in `work`, deleted
+    after it; a failed run: (None, its error), its logs kept. A stop
+    (SIGTERM, Ctrl-C) is no failure of the layout: it ends the tuning."""
     try:
-        rate = run_training(config, data, work, "tuning burst")[1]["train_samples_per_second"]
+        metrics = run_training(config, data, work, "tuning burst")[1]
+    except Exception as err:  # any failure of one layout drops that layout only
+        remove_burst(work, keep="logs")
+        return None, (str(err).strip().splitlines() or [type(err).__name__])[0]
     except BaseException:
         remove_burst(work, keep="logs")
         raise
     remove_burst(work)
-    return rate
+    return metrics.get("steady_samples_per_second") or metrics["train_samples_per_second"], None
 
 
 def remove_burst(work: Path, keep: str | None = None) -> None:
@@ -67,36 +91,85 @@ def remove_burst(work: Path, keep: str | None = None) -> None:
             path.unlink()
 
 
-# Steps of each burst of processes_per_node auto: a few seconds a layout at the real batch.
-AUTO_STEPS = 8
+# Timed steps of each burst of processes_per_node auto (after WARMUP_STEPS):
+# every layout trains the same batches, so what is left between two layouts'
+# figures besides their speed is the machine's step-to-step noise, whose
+# standard error the mean of 12 steps cuts to 1/sqrt(12), 0.29 of a step's
+# spread, at 15 steps a layout.
+AUTO_STEPS = 12
+
+
+def say(line: str) -> None:
+    print(f"tune: {line}", file=sys.stderr, flush=True)
+
+
+def timed(config: dict, data: str, steps: int, keep: Path, rows: list[dict], dropped: list[str]) -> list[dict]:
+    """The rows measured, each with its samples/s; a failed burst's layout
+    is dropped with a line (into `dropped`)."""
+    table = []
+    for row in rows:
+        work = Path(tempfile.mkdtemp(prefix=f"burst-{layout.split(row).replace(' ', '')}-", dir=keep))
+        rate, error = measure(burst_config(config, row, steps), data, work)
+        if rate is None:
+            dropped.append(f"{layout.split(row)}: its burst failed ({error}); dropped")
+            say(dropped[-1])
+            continue
+        say(f"{row['processes_per_node']} rank(s) x {row['threads_per_process']} thread(s), batch "
+            f"{row['batch_size']} x accumulation {row['gradient_accumulation_steps']}: {rate:.2f} samples/s "
+            f"after {WARMUP_STEPS} warm-up steps")
+        table.append({**row, "train_samples_per_second": rate})
+    return table
+
+
+def fitting(config: dict, rows: list[dict], dropped: list[str]) -> list[dict]:
+    """The rows whose memory estimate fits in what this node has available now."""
+    available, kept = psutil.virtual_memory().available, []
+    for row in rows:
+        why = layout_memory.too_big(Path(str(config["model"])), row, config["train"]["max_seq_length"], available)
+        if why:
+            dropped.append(why)
+            say(why)
+        else:
+            kept.append(row)
+    return kept
 
 
 def tune(config: dict, data: str, steps: int, keep: Path, cores: int | None = None) -> dict:
     cores = cores or hardware.usable_cores(hardware.cpu_summary())
-    table = []
-    for ranks, threads in layouts(cores):
-        work = Path(tempfile.mkdtemp(prefix=f"burst-{ranks}x{threads}-", dir=keep))
-        rate = measure(burst_config(config, ranks, threads, steps), data, work)
-        print(f"tune: {ranks} rank(s) x {threads} thread(s): {rate:.2f} samples/s", file=sys.stderr)
-        table.append({"processes_per_node": ranks, "threads_per_process": threads,
-                      "train_samples_per_second": rate})
-    one_rank = next(r for r in table if r["processes_per_node"] == 1)["train_samples_per_second"]
-    for row in table:
+    batch, accumulation = config["train"]["batch_size"], config["train"].get("gradient_accumulation_steps") or 1
+    rows, dropped = layout.candidates(cores, batch, accumulation)
+    for line in dropped:
+        say(line)
+    table = timed(config, data, steps, keep, fitting(config, rows, dropped), dropped)
+    one_rank = next((r["train_samples_per_second"] for r in table if r["processes_per_node"] == 1), None)
+    for row in table if one_rank else []:
         row["speedup_vs_one_rank"] = round(row["train_samples_per_second"] / one_rank, 3)
-    return {"cores": cores, "steps": steps, "table": table, "best": layout.pick(table)}
+    if not table:
+        say(f"no layout could be measured: the fallback, {layout.REFERENCE_RANKS} rank(s) x all {cores} cores")
+    return {"cores": cores, "warmup_steps": WARMUP_STEPS, "steps": steps, "table": table, "dropped": dropped,
+            "best": layout.pick(table) if table else layout.fallback(cores, batch, accumulation),
+            "fallback": not table}
+
+
+def length_profile(data: str) -> dict:
+    """The training split's token lengths (layout.length_profile), part of the cache key."""
+    return layout.length_profile(ArrowSplit.load(data, "train").lengths())
 
 
 def measured_layout(config: dict, data: str, steps: int, keep: Path, folder: Path, fresh: bool = False) -> dict:
     """The layout record of this CPU model, core count and run shape: the
-    cache's, else (or when `fresh`) measured now and written to the cache."""
+    cache's, else (or when `fresh`) measured now and written to the cache
+    (a fallback is not: nothing was measured, the next run bursts again)."""
     cpu = hardware.cpu_summary()
-    model, cores, shape = cpu["cpu_model"], hardware.usable_cores(cpu), layout.shape(config)
+    model, cores, shape = cpu["cpu_model"], hardware.usable_cores(cpu), layout.shape(config, length_profile(data))
     path = layout.cache_file(folder, model, cores, shape)
     cached = None if fresh else layout.read_cached(path, model, cores, shape)
     if cached is not None:
         return {**cached, "cached": True, "cache_file": str(path)}
     record = {"cpu_model": model, "shape": shape, **tune(config, data, steps, keep, cores),
               "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "cache_file": str(path)}
+    if record["fallback"]:
+        return {**record, "cached": False, "cache_file": None}
     path.parent.mkdir(parents=True, exist_ok=True)
     write_json(path, record)
     return {**record, "cached": False}
@@ -106,7 +179,8 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--config", required=True, help="train configuration JSON")
     parser.add_argument("--data", required=True, help="tokenized DatasetDict folder")
-    parser.add_argument("--steps", type=int, help=f"steps of each burst (30; with --auto {AUTO_STEPS})")
+    parser.add_argument("--steps", type=int, help=f"timed steps of each burst, after {WARMUP_STEPS} warm-up "
+                                                  f"steps (30; with --auto {AUTO_STEPS})")
     parser.add_argument("--auto", action="store_true", help="the cached layout when there is one, else measure it")
     parser.add_argument("--cache", help="the layout cache folder (default: settings/layout.cache_dir)")
     parser.add_argument("--out", required=True, help="layout JSON to write")
