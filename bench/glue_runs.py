@@ -57,18 +57,36 @@ def trainer_run(work: Path, model: str, data: Path, task: str, bf16: bool, tag: 
 
 
 def cpuddp_run(work: Path, model: str, data: Path, task: str, tag: str) -> dict:
-    """cpuddp at its defaults: precision, levers and the layout (auto) all its own."""
+    """cpuddp at its defaults: precision and levers its own, and the layout as `processes_per_node: auto`
+    picks it for this global batch (train/tune.py's bursts, measured in the first round into this bench's
+    own layout cache, read from it after), split as the workflow's environment check splits it."""
+    from workflow.scripts.train import tune
     from workflow.scripts.train.runs import run_training
 
-    config = train_bench.full_config(model, None, "auto", task=task, global_batch=GLOBAL_BATCH[task], epochs=1)
+    config = train_bench.full_config(model, None, "auto", task=task, layout=(1, 2), global_batch=GLOBAL_BATCH[task],
+                                     epochs=1)
     config["distributed"].update(processes_per_node="auto", threads_per_process="auto")
-    config = cfg.validate(config)
+    bursts = work / f"bursts-{tag}"
+    bursts.mkdir()
+    record = tune.measured_layout(config, str(data), tune.AUTO_STEPS, bursts, work.parent / "layout-cache")
+    best = record["best"]
+    config["distributed"].update(processes_per_node=best["processes_per_node"],
+                                 threads_per_process=best["threads_per_process"])
+    config["train"].update(batch_size=best["batch_size"], gradient_accumulation_steps=best["gradient_accumulation_steps"])
     out = work / f"cpuddp-{tag}"
     out.mkdir()
-    info, metrics = run_training(config, str(data), out, "cpuddp bench run")
+    info, metrics = run_training(cfg.validate(config), str(data), out, "cpuddp bench run")
     return {"sps": metrics["train_samples_per_second"], "precision": info["precision"],
-            "layout": f"{metrics['world_size']}x{metrics.get('threads_per_process', '?')}",
-            "global_batch": metrics["global_batch"], "steps": metrics["steps"]}
+            "layout": f"{best['processes_per_node']}x{best['threads_per_process']}",
+            "global_batch": metrics["global_batch"], "steps": metrics["steps"],
+            "allreduce_wait_share": metrics.get("allreduce_wait_share"),
+            "layout_reason": layout_line(record)}
+
+
+def layout_line(record: dict) -> str:
+    from workflow.scripts.settings import layout
+
+    return layout.reason(record)
 
 
 def spread(values: list[float]) -> str:
@@ -85,6 +103,8 @@ def run_task(work: Path, model: str, task: str, rounds: int, size: int | None, b
         trainer = {tag: trainer_run(work, model, data, task, bf16, f"r{i}-{tag}", layout)
                    for tag, layout in LAYOUTS.items()}
         ours = cpuddp_run(work, model, data, task, f"r{i}")
+        if i == 0:
+            print(f"  layout: {ours['layout_reason']}", flush=True)
         best = max(trainer, key=lambda t: trainer[t].get("sps", 0.0))
         ratio = ours["sps"] / max(trainer[best].get("sps", 0.0), 1e-9)
         rows.append({"trainer": {t: r.get("sps") for t, r in trainer.items()}, "cpuddp": ours, "ratio": ratio})

@@ -35,7 +35,7 @@ from pathlib import Path
 import psutil
 
 from workflow.scripts.probes import hardware
-from workflow.scripts.common.atomic import read_json, write_json
+from workflow.scripts.common.atomic import follow_umask, read_json, write_json
 from workflow.scripts.common.errors import run_cli
 from workflow.scripts.data.arrow_split import ArrowSplit
 from workflow.scripts.settings import layout
@@ -109,6 +109,7 @@ def timed(config: dict, data: str, steps: int, keep: Path, rows: list[dict], dro
     table = []
     for row in rows:
         work = Path(tempfile.mkdtemp(prefix=f"burst-{layout.split(row).replace(' ', '')}-", dir=keep))
+        follow_umask(work)  # mkdtemp's 0700: a failed burst's logs stay for the team to read
         rate, error = measure(burst_config(config, row, steps), data, work)
         if rate is None:
             dropped.append(f"{layout.split(row)}: its burst failed ({error}); dropped")
