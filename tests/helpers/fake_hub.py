@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -32,7 +31,7 @@ class Hub(BaseHTTPRequestHandler):
 
     def _note(self, extra: dict | None = None) -> None:
         entry = {"method": self.command, "path": self.path, "token": self.headers.get("authorization", ""),
-                 "pid": os.getpid(), **(extra or {})}
+                 **(extra or {})}
         with open(self.log_file, "a") as handle:
             print(json.dumps(entry), file=handle)
 
