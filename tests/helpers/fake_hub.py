@@ -1,7 +1,7 @@
 """A stand-in for the Hugging Face Hub's HTTP API on loopback, for tests that
 point HF_ENDPOINT at it: the network boundary, nothing of cpuddp replaced.
-It answers whoami-v2 (by token: TOKENS), model_info (MODELS), repo creation
-and regular (non-LFS) commits, and logs every request as a JSON line, so a
+It answers whoami-v2 (by token: TOKENS), model_info (MODELS), repo creation,
+a model card's metadata check and regular (non-LFS) commits, and logs every request as a JSON line, so a
 test sees which process asked what. Run in a thread (`running`) or as a
 program in a test host's namespace:
 
@@ -68,6 +68,9 @@ class Hub(BaseHTTPRequestHandler):
             made = json.loads(body)
             repo = "/".join(filter(None, (made.get("organization"), made["name"])))
             return self._send(200, {"url": f"http://{self.headers['host']}/{repo}"})
+        if self.path == "/api/validate-yaml":  # a README.md's metadata (the model card)
+            self._note()
+            return self._send(200, {"warnings": []})
         if "/preupload/" in self.path:
             self._note()
             files = json.loads(body)["files"]

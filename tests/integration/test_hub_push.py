@@ -23,6 +23,7 @@ def test_a_failed_upload_keeps_the_folder_and_its_command_uploads_it(tmp_path, m
     folder.mkdir()
     (folder / "deploy.json").write_text(json.dumps({"candidate": "fp32"}))
     (folder / "model.safetensors").write_bytes(b"weights")
+    (folder / "README.md").write_text("---\nlicense: apache-2.0\n---\n# the model card\n")
     monkeypatch.setattr(constants, "ENDPOINT", "http://127.0.0.1:9")  # nothing listens: the upload fails
     monkeypatch.setenv("HF_TOKEN", fake_hub.WRITE)
     with pytest.raises(UserError) as err:
@@ -38,4 +39,4 @@ def test_a_failed_upload_keeps_the_folder_and_its_command_uploads_it(tmp_path, m
         assert done.returncode == 0, done.stderr
     (commit,) = [r for r in fake_hub.requests(tmp_path / "hub.log") if "/commit/" in r["path"]]
     assert commit["path"] == "/api/models/me/tiny-mrpc/commit/main"
-    assert commit["files"] == ["deploy.json", "model.safetensors"]
+    assert commit["files"] == ["README.md", "deploy.json", "model.safetensors"]
