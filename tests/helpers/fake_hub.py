@@ -2,7 +2,7 @@
 point HF_ENDPOINT at it: the network boundary, nothing of cpuddp replaced.
 It answers whoami-v2 (by token: TOKENS), model_info (MODELS), repo creation,
 a model card's metadata check and regular (non-LFS) commits, and logs every request as a JSON line, so a
-test sees which process asked what. Run in a thread (`running`) or as a
+test sees what was asked, and in which order. Run in a thread (`running`) or as a
 program in a test host's namespace:
 
     python tests/helpers/fake_hub.py LOG_FILE PORT_FILE
