@@ -58,3 +58,4 @@ rule all:
         rules.report_summary.output,
         X.plan_outputs(),
         X.table_outputs(),
+        X.push_outputs(),

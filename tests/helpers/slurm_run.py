@@ -5,6 +5,7 @@ by test_slurm.py and test_slurm_time_limit.py, each with a cluster of its own
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import shutil
@@ -84,10 +85,13 @@ def experiment(work: Path, model: Path, name: str, n_train: int, **settings) -> 
         "train": train, **settings})
 
 
-def snakemake(cluster, work: Path, configfile: Path, *extra: str, train_minutes: int | None = None) -> list[str]:
-    """Snakemake on the login host, the way a user starts it there."""
+def snakemake(cluster, work: Path, configfile: Path, *extra: str, train_minutes: int | None = None,
+              hub: dict | None = None) -> list[str]:
+    """Snakemake on the login host, the way a user starts it there (the Hub
+    offline, or `hub`'s variables: HF_ENDPOINT of login_hub, HF_TOKEN)."""
     profile = site_profile(work / "profile", train_minutes)
-    argv = ["env", f"PATH={BIN}{os.pathsep}{os.environ['PATH']}", "HF_HUB_OFFLINE=1",
+    hub_env = [f"{k}={v}" for k, v in hub.items()] if hub else ["HF_HUB_OFFLINE=1"]
+    argv = ["env", f"PATH={BIN}{os.pathsep}{os.environ['PATH']}", *hub_env,
             sys.executable, str(Path(__file__).with_name("slurm_poll.py")),  # snakemake, polling every 1-2 s
             "--snakefile", str(REPO / "Snakefile"), "--directory", str(work),
             "--profile", str(profile), "--slurm-init-seconds-before-status-checks", "1",
@@ -163,3 +167,28 @@ def running_training(cluster) -> str:
     jobs = [line.split()[0] for line in out.splitlines() if "rule_train_ddp" in line]
     assert len(jobs) == 1, out
     return jobs[0]
+
+
+HUB_NAME = "hub.cpuddp.test"
+
+
+@contextlib.contextmanager
+def login_hub(cluster, work: Path):
+    """The fake Hub (helpers/fake_hub.py) on the login host's loopback, named
+    HUB_NAME in the login host's /etc/hosts only: the compute nodes have no
+    route to it, as on a cluster whose nodes have no internet. Yields
+    (HF_ENDPOINT, the log of its requests)."""
+    with open(netns.ETC_NETNS / cluster.login.namespace / "hosts", "a") as hosts:
+        hosts.write(f"127.0.0.1 {HUB_NAME}\n")
+    log, port = work / "hub.log", work / "hub.port"
+    server = subprocess.Popen(["nsenter", f"--net=/run/netns/{cluster.login.namespace}", sys.executable,
+                               str(Path(__file__).with_name("fake_hub.py")), str(log), str(port)])
+    try:
+        deadline = time.monotonic() + 30
+        while not port.exists() or not port.read_text():
+            assert server.poll() is None and time.monotonic() < deadline, "the fake Hub did not start"
+            time.sleep(0.1)
+        yield f"http://{HUB_NAME}:{port.read_text()}", log
+    finally:
+        server.kill()
+        server.wait()

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from helpers.slurm_run import experiment, explain, finish, rank_log_text, running_training, slurm, \
+from helpers import fake_hub
+from helpers.slurm_run import experiment, explain, finish, login_hub, rank_log_text, running_training, slurm, \
     settled_accounting, snakemake, start, tres, wait_until
 from helpers.workflow import BIN, REPO
 from workflow.scripts.common import logs
@@ -31,12 +32,21 @@ pytestmark = pytest.mark.cluster  # root: munge, slurmdbd, slurmctld, a slurmd p
 
 
 def test_two_nodes_one_and_two_ranks_per_node_and_one_rank(cluster, tiny_model_dir, tmp_path):
-    """One sweep, four runs: 2 nodes x 2 ranks, 2 x 1, 1 x 2 and a one-rank run."""
+    """One sweep, four runs: 2 nodes x 2 ranks, 2 x 1, 1 x 2 and a one-rank run,
+    each uploaded (deploy.push_to_hub) to a Hub that only the login host
+    reaches: the jobs on the compute nodes ask nothing of it; the main
+    process asked for the token's rights once, before any job."""
     configfile = experiment(tmp_path, tiny_model_dir, "sweep", n_train=64, distributed={"threads_per_process": 1},
-                            sweep={"nodes": [2, 1], "processes_per_node": [2, 1]})
+                            sweep={"nodes": [2, 1], "processes_per_node": [2, 1]},
+                            deploy={"push_to_hub": "me/sweep"})
     started = time.time()
-    out = finish(start(snakemake(cluster, tmp_path, configfile)))
+    with login_hub(cluster, tmp_path) as (endpoint, hub_log):
+        out = finish(start(snakemake(cluster, tmp_path, configfile, hub={"HF_ENDPOINT": endpoint,
+                                                                        "HF_TOKEN": fake_hub.WRITE})))
     elapsed = time.time() - started
+    asked = [r["path"] for r in fake_hub.requests(hub_log) if not r["path"].startswith("/api/agent")]
+    assert asked.count("/api/whoami-v2") == 1 and asked[0] == "/api/whoami-v2", explain(out)
+    assert asked.count("/api/models/me/sweep/commit/main") == 4, (asked, explain(out))
     summary = json.loads((tmp_path / "results/sweep/summary.json").read_text())
     runs = {run["run"]: run for run in summary["runs"]}
     assert {name: (r["nodes"], r["processes_per_node"], r["world_size"]) for name, r in runs.items()} == {

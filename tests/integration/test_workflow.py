@@ -9,6 +9,7 @@ import subprocess
 import pytest
 
 from helpers.workflow import BIN, REPO, snakemake, tiny_experiment, write_config
+from workflow.scripts.data.model_copy import fetched_dir
 
 SUMMARY_KEYS = {
     "run", "nodes", "processes_per_node", "world_size", "threads_per_process", "backend", "mpi",
@@ -139,6 +140,28 @@ def test_push_to_hub_offline_stops_before_any_rule(tmp_path, tiny_model_dir):
     assert not (tmp_path / "results").exists() and not (tmp_path / "logs").exists()
 
 
+@pytest.mark.parametrize("dry", [False, True], ids=["run", "dry-run"])
+def test_hub_model_offline_and_not_cached_stops_at_the_config_check(tmp_path, tiny_model_dir, dry):
+    """A Hub id the run cannot have (offline, not in the cache, no such
+    folder): the last line names it and what to do; nothing is written.
+    A process of its own: the forked ones keep the forkserver's HF_HOME."""
+    import yaml
+
+    configfile = tiny_experiment(tmp_path, tiny_model_dir)
+    write_config(configfile, {**yaml.safe_load(configfile.read_text()), "model": "bert-base-uncased"})
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"),  # an empty cache
+           "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
+    argv = [str(BIN / "snakemake"), "--snakefile", str(REPO / "Snakefile"), "-d", str(tmp_path), "--profile",
+            str(REPO / "profiles/local"), "--cores", "2", *(["--dry-run"] if dry else []), "--configfile", configfile]
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode != 0
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: config error: model: cannot fetch 'bert-base-uncased'"), done.stderr
+    assert "HF_HUB_OFFLINE is set" in last and "not in the Hugging Face cache" in last
+    assert "`hf download bert-base-uncased`" in last and "set model: to a local folder" in last
+    assert not (tmp_path / "results").exists() and not (tmp_path / "logs").exists()
+
+
 def test_missing_data_file_is_named(tmp_path, tiny_model_dir):
     configfile = tiny_experiment(tmp_path, tiny_model_dir)
     (tmp_path / "mrpc/dev.tsv").unlink()
@@ -163,7 +186,14 @@ def test_default_config_without_network_says_what_to_do(tmp_path):
 @pytest.mark.parametrize("experiment", sorted((REPO / "experiments").glob("*.yaml")), ids=lambda p: p.name)
 def test_every_experiment_dry_runs(tmp_path, experiment):
     """Each under a cluster of 8 nodes of 64 threads (the machines are the
-    profile's; here given on the command line), with the files it reads."""
+    profile's; here given on the command line), with the files it reads and
+    its Hub models fetched (the Hub is offline here)."""
+    import yaml
+
+    config = yaml.safe_load(experiment.read_text())
+    for model in {config["model"], *(config.get("sweep") or {}).get("model", [])}:
+        if not model.startswith("pkg:"):  # fetched by an earlier run: the Hub is not asked
+            (tmp_path / fetched_dir(config["experiment"], model)).mkdir(parents=True)
     (tmp_path / "hostfile").write_text("".join(f"node{i}\n" for i in range(1, 9)))
     for name in ("train-v1.1", "dev-v1.1", "train-v2.0", "dev-v2.0"):
         (tmp_path / "data/squad").mkdir(parents=True, exist_ok=True)

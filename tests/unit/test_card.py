@@ -1,6 +1,6 @@
 """The model card (common/card.py) read back with huggingface_hub's ModelCard,
 deploy.push_to_hub through huggingface_hub (HfApi replaced at the Hub's
-network boundary), and its refusal at the config check when the Hub is offline."""
+network boundary); its check before training is in test_hub_access.py."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import pytest
 from huggingface_hub import ModelCard
 
 from workflow.scripts.common import card
-from workflow.scripts.settings import hub
 from workflow.scripts.common.tasks import get_task
 from workflow.scripts.infer import deploy
 from workflow.scripts.settings import config as cfg
@@ -92,16 +91,6 @@ def test_push_uploads_the_deploy_folder(tmp_path, monkeypatch):
     (create, _, made), (upload, repo, sent) = api.calls
     assert (create, made["exist_ok"], upload, repo) == ("create_repo", True, "upload_folder", "me/tiny-mrpc")
     assert sent["folder_path"] == str(tmp_path) and sent["repo_type"] == "model"
-
-
-def test_push_is_refused_offline_before_anything_runs(monkeypatch):
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    config = {"task": "mrpc", "model": "bert-base-uncased", "deploy": {"push_to_hub": "me/tiny-mrpc"}}
-    with pytest.raises(cfg.ConfigError) as err:
-        cfg.load_config(config)
-    assert str(err.value).count("\n") == 0 and "deploy.push_to_hub: me/tiny-mrpc" in str(err.value)
-    assert "HF_HUB_OFFLINE" in str(err.value)
-    assert hub.push_refusal(None) is None
 
 
 def test_push_to_hub_must_be_a_repo_id():

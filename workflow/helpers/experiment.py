@@ -148,6 +148,11 @@ class Experiment:
             return []
         return [f"{self.results}/table.md", f"{self.results}/table.csv", f"{self.results}/report/table.html"]
 
+    def push_outputs(self) -> list[str]:
+        """Each run's upload (deploy.push_to_hub), in `rule all`: its own rule, so a failed upload keeps deploy/."""
+        return [f"{self.results}/{run}/pushed.json" for run, config in self.runs.items()
+                if config["deploy"]["push_to_hub"]]
+
     def plan_outputs(self) -> list[str]:
         """The plan's files, in `rule all` when plan.report is set."""
         if not self.config["plan"]["report"]:

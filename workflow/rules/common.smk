@@ -19,8 +19,13 @@ from workflow.scripts.launch import resources
 
 prepare_job_environment(workflow.basedir)
 
+# The main process (where the user typed the command) also asks the Hub, once,
+# before any job: a job on a compute node parses this file again, often
+# without a route to the Hub, and re-checks only what it answers alone.
 try:
     X = Experiment(cfg.load_config(config))
+    if workflow.is_main_process:
+        cfg.check_hub(X.config)
 except cfg.ConfigError as err:
     sys.exit(f"error: {err}")
 

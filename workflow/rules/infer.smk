@@ -107,3 +107,21 @@ rule deploy_model:
         "python -m workflow.scripts.infer.deploy --config {input.cfg:q} --environment {input.env:q}"
         " --evaluation {input.evaluation:q}"
         " {params.folders:q} --out {output:q} 2> {log:q}"
+
+
+# deploy.push_to_hub: deploy/ uploaded from this node (a local rule on Slurm),
+# whose Hub and token the config check asked before any training. A failed
+# upload keeps deploy/ and names the command that uploads it later.
+rule deploy_push:
+    input:
+        "results/{experiment}/{run}/deploy",
+    output:
+        "results/{experiment}/{run}/pushed.json",
+    log:
+        "logs/deploy_push/{experiment}/{run}.log",
+    conda:
+        "../../envs/cpuddp.yaml"
+    params:
+        repo=lambda wc: RUNS[wc.run]["deploy"]["push_to_hub"],
+    shell:
+        "python -m workflow.scripts.infer.push {input:q} {params.repo:q} --out {output:q} 2> {log:q}"

@@ -148,8 +148,6 @@ def main(argv=None) -> None:
     card = deploy_card(config, read_json(args.environment), evaluation, name)
     meta = deploy(evaluation, folders, args.out, config.task, card)
     print(f"deploy: {args.out} holds {meta['label']} ({meta['why']}) {meta['measured_on']}")
-    if config.deploy.push_to_hub:
-        print(f"deploy: pushed {args.out} to {config.deploy.push_to_hub}: {push(args.out, config.deploy.push_to_hub)}")
     print("deploy: " + json.dumps(meta), file=sys.stderr)
 
 

@@ -1,7 +1,10 @@
 """Experiment configuration: schema validation, defaults, runs of a sweep.
 
-The Snakefile calls `load_config` once at parse time, so a bad value stops
-the workflow before any rule runs, with one line naming the key.
+The Snakefile calls `load_config` at parse time, so a bad value stops the
+workflow before any rule runs, with one line naming the key. It asks only
+what this machine answers alone (schema, files): every job that Slurm starts
+parses the workflow again, on nodes without a route to the Hub. What needs
+the Hub (`check_hub`) is asked once, by Snakemake's main process.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from workflow.scripts.settings.hostfile import check_nodes
 from workflow.scripts.settings.adapters import lora_problem
 from workflow.scripts.settings.layers import coerce
 from workflow.scripts.settings.model_id import is_hub_id_form
+from workflow.scripts.data.model_copy import fetched_dir, is_hub_id
 from workflow.scripts.settings.schema import SCHEMA
 from workflow.scripts.settings.recipe import RecipeError, apply_required_threads, with_task_defaults
 from workflow.scripts.common.tasks import formats_for, get_task
@@ -267,12 +271,21 @@ def check_slurm_threads(config: dict) -> None:
                           "`snakemake ... tune` measures on one node")
 
 
+def check_hub(config: dict, base: Path = Path(".")) -> None:
+    """What needs the Hub, asked before any job starts (the main process only):
+    each Hub model can be fetched, deploy.push_to_hub can be uploaded."""
+    models = {r["model"] for r in runs(config).values() if is_hub_id(r["model"])}
+    for model in sorted(models):
+        if problem := hub.model_problem(model, base / fetched_dir(config["experiment"], model)):
+            raise ConfigError(problem)
+    if problem := hub.push_problem(config["deploy"]["push_to_hub"]):
+        raise ConfigError(problem)
+
+
 def load_config(config: dict, base: Path = Path(".")) -> dict:
     """Everything the Snakefile needs: validated config and its runs."""
     config = validate(config)
     layout.normalize(config["distributed"])  # threads_per_process tuned: the measured layout
-    if refusal := hub.push_refusal(config["deploy"]["push_to_hub"]):  # before any training
-        raise ConfigError(refusal)
     for run in runs(config).values():  # each swept task's own files, each swept model
         check_data_files(run, base)
         check_model(resolve_model(run["model"]), base)
