@@ -15,8 +15,12 @@ norms' weights are bf16, so that is the reference it must meet.)
 The error is a norm per tensor: |ours - fp32| <= K |transformers_bf16 -
 fp32| + FLOOR |fp32|. FLOOR covers the loss, one number whose bf16 error can
 be near zero by chance; a gradient that is zero in exact arithmetic (key
-biases, a QA head's bias) is bf16 noise on both sides, within K of each
-other. The model is tiny (hidden 32): the kernel runs as it runs on a big
+biases, a QA head's bias) is rounding noise on both sides, within K of each
+other or within fp32's own rounding (1e-6 of all the gradients' norm; bf16
+rounds at 4e-3) where the head stays fp32. Queries and keys are scaled up so that attention is peaked (peaked()):
+then a score scaled 3% wrong in the kernel fails here (5x transformers'
+error), where a random init's near-uniform attention would hide it. The
+model is tiny (hidden 32): the kernel runs as it runs on a big
 one (test_encoder_attention.py covers a wide head), and CPUs without native
 bf16 run it in a few seconds."""
 
@@ -31,11 +35,21 @@ from helpers.tiny_family import KINDS, batch, masked_qa_loss, run, tiny_hf
 from workflow.scripts.train import encoder, master
 from workflow.scripts.train.encoder.weights import names
 
-K = 2.5  # measured worst cases: 1.7 (autocast), 1.5 (bf16_master), besides the loss
+K = 2.5  # measured: at most 1.8 over every family, head and path here (the floors aside)
 FLOOR = 1e-4
-LENGTHS = [128, 53, 90, 53, 17]  # padded to 128, as GLUE batches are: a full row, two of 53, others
+LENGTHS = [128, 53, 17]  # padded to 128, as GLUE batches are: a full row, one of 53, a short one
 NO_DROPOUT = {"DistilBert": dict(dropout=0.0, attention_dropout=0.0, seq_classif_dropout=0.0, qa_dropout=0.0)}
 NO_DROPOUT_BERT = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+
+
+def peaked(hf):
+    """`hf` with its queries and keys 6x larger: attention as a trained model's is, peaked on a few
+    tokens (a random init's is near uniform, and would hide a wrong score or softmax)."""
+    with torch.no_grad():
+        for name, parameter in hf.named_parameters():
+            if name.endswith(("query.weight", "key.weight", "q_lin.weight", "k_lin.weight")):
+                parameter.mul_(6.0)
+    return hf
 
 
 @pytest.fixture
@@ -70,7 +84,7 @@ def within(got: torch.Tensor, theirs: torch.Tensor, fp32: torch.Tensor, name: st
 @pytest.mark.parametrize("task", ["classification", "qa"])
 @pytest.mark.parametrize("kind", KINDS)
 def test_bf16_training_with_the_kernel_is_transformers_within_bf16s_error(kind, task, precision, kernel, monkeypatch):
-    hf = tiny_hf(kind, task, max_position_embeddings=160, **NO_DROPOUT.get(kind, NO_DROPOUT_BERT)).train()
+    hf = peaked(tiny_hf(kind, task, max_position_embeddings=160, **NO_DROPOUT.get(kind, NO_DROPOUT_BERT))).train()
     inputs = batch(LENGTHS, 128, task)
     if kind == "DistilBert":
         del inputs["token_type_ids"]
