@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from workflow.scripts.train import dropout_kernel, kernel_build
+from helpers.tiny_family import tiny_hf
+from workflow.scripts.train import dropout_kernel, encoder, kernel_build, speed
 
 pytestmark = pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler")
 
@@ -31,11 +32,15 @@ def broken_attention(tmp_path: Path) -> Path:
     return path
 
 
-def test_a_wrong_attention_kernel_is_refused_in_one_line_and_not_used(tmp_path):
+def test_a_wrong_attention_kernel_is_refused_in_one_line_and_not_used(tmp_path, monkeypatch):
     source = broken_attention(tmp_path)
     kernel, why = dropout_kernel.build("cc", tmp_path / "cache", source)
     assert kernel is None and "\n" not in why
     assert why.endswith("its attention is not torch's on a small input (a miscompiled build?): not used")
+    monkeypatch.setattr(dropout_kernel, "load", lambda: (kernel, why))  # as this build would load in a run
+    model, _ = encoder.build(tiny_hf("Bert", "classification"), "classification", hash_dropout=True)
+    assert model.encoder.kernel is None  # torch's attention and dropout, and the run's levers line says why:
+    assert speed.ENCODER["dropout_mask"](model, "hash", None) == f"off: torch: {why}"
     lib, _ = kernel_build.compile_and_load(source, "cc", tmp_path / "cache")  # the same build, unchecked:
     unchecked = dropout_kernel.Kernel(lib)
     assert unchecked.agrees_with_its_definition() and not unchecked.attention_is_torchs()  # the attention's check
