@@ -16,6 +16,7 @@ any number of threads.
 from __future__ import annotations
 
 import ctypes
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -25,6 +26,22 @@ from workflow.scripts.train.kernel_build import CHUNK, run
 
 SOURCE = Path(__file__).with_name("dropout_kernel.c")
 BITS = 16  # p is exact to 1/2^16
+
+
+@dataclass
+class Layout:
+    """What the kernel's attention needs of a packing: where each sequence's
+    keys, queries and probs start (int64 offsets, sequences + 1 each) and the
+    sequences of each call (one per torch thread, about equal work)."""
+
+    offsets: tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+    scores: int
+    """Probs kept for backward: sum over sequences of heads x queries x keys."""
+    calls: list[tuple[int, int]]
+    """(first sequence, sequences) per call."""
+
+    def pointers(self) -> tuple[int, int, int]:
+        return tuple(t.data_ptr() for t in self.offsets)
 
 
 class Kernel:
@@ -57,7 +74,7 @@ class Kernel:
                   keep_scale: float) -> tuple[torch.Tensor, torch.Tensor]:
         """(out, probs) of the packed attention (dropout_kernel.c) of contiguous
         bf16 q [query rows, hidden], k and v [tokens, hidden]; `layout`: the
-        offsets and each call's sequences (encoder/attention.Layout)."""
+        offsets and each call's sequences (Layout)."""
         out, probs = torch.empty_like(q), q.new_empty(layout.scores)
         size = q.shape[1] // heads
         calls = [(self.attention_forward_call, (q.data_ptr(), k.data_ptr(), v.data_ptr(), *layout.pointers(), first,
@@ -97,8 +114,6 @@ class Kernel:
         sequences, one longer than the kernel's blocks of 16 keys, a head
         size that is no vector width's multiple; within 2% in norm, where
         bf16's rounding gives some 0.2% and a wrong build far more."""
-        from workflow.scripts.train.encoder.attention import Layout
-
         generator = torch.Generator().manual_seed(0)
         tokens, scaling = sum(lengths), size ** -0.5
         q, k, v, grad = (torch.randn(tokens, heads * size, generator=generator).bfloat16() for _ in range(4))
