@@ -14,14 +14,15 @@ def config(kind: str, task: str, num_labels: int = 3, problem_type: str | None =
     import transformers
 
     labels = 2 if task == "qa" else num_labels
+    positions = extra.pop("max_position_embeddings", 40)
     if kind == "DistilBert":
         return transformers.DistilBertConfig(vocab_size=100, dim=32, n_layers=3, n_heads=4, hidden_dim=64,
-                                             max_position_embeddings=40, pad_token_id=1, num_labels=labels,
+                                             max_position_embeddings=positions, pad_token_id=1, num_labels=labels,
                                              problem_type=problem_type, attn_implementation="eager", **extra)
     sizes = {"embedding_size": 16} if kind == "Electra" else {}  # ELECTRA's projection of narrower embeddings
     return getattr(transformers, f"{kind}Config")(
         vocab_size=100, hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=64,
-        max_position_embeddings=40, pad_token_id=1, num_labels=labels, problem_type=problem_type,
+        max_position_embeddings=positions, pad_token_id=1, num_labels=labels, problem_type=problem_type,
         type_vocab_size=2, attn_implementation="eager", **sizes, **extra)
 
 
@@ -57,6 +58,25 @@ def batch(lengths: list[int], width: int, task: str, labels: str = "single", pad
     else:
         out["labels"] = (torch.rand(rows, 3, generator=generator) > 0.5).float()
     return out
+
+
+def masked_qa_loss(inputs: dict):
+    """transformers' QA loss on its logits, padding left out of the softmax as
+    ours leaves it (transformers computes logits for padding tokens and its
+    loss includes them)."""
+    import torch.nn.functional as F
+
+    padding = inputs["attention_mask"] == 0
+    width = padding.shape[1]
+
+    def cross_entropy(logits, positions):
+        logits = logits.masked_fill(padding, torch.finfo(logits.dtype).min)
+        return F.cross_entropy(logits, positions.clamp(0, width), ignore_index=width)
+
+    def loss(out):
+        return (cross_entropy(out.start_logits, inputs["start_positions"])
+                + cross_entropy(out.end_logits, inputs["end_positions"])) / 2
+    return loss
 
 
 def run(model, inputs: dict, task: str, loss_of=None) -> tuple[dict, dict]:

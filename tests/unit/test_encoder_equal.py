@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch.nn.functional as F
 
-from helpers.tiny_family import KINDS, batch, run, tiny_hf
+from helpers.tiny_family import KINDS, batch, masked_qa_loss, run, tiny_hf
 from workflow.scripts.data.batching import packed_collate, pad_collate, padded_rows
 from workflow.scripts.train import encoder
 from workflow.scripts.train.encoder.weights import names
@@ -34,21 +33,6 @@ def assert_equal(ours: tuple[dict, dict], theirs: tuple[dict, dict], mapping: di
     assert {mapping[n] for n in grads} == set(want_grads)
     for name, grad in grads.items():
         torch.testing.assert_close(grad, want_grads[mapping[name]], atol=1e-5, rtol=1e-4, msg=name)
-
-
-def masked_qa_loss(inputs: dict):
-    """transformers' QA loss on its logits, padding left out of the softmax as ours leaves it."""
-    padding = inputs["attention_mask"] == 0
-    width = padding.shape[1]
-
-    def cross_entropy(logits, positions):
-        logits = logits.masked_fill(padding, torch.finfo(logits.dtype).min)
-        return F.cross_entropy(logits, positions.clamp(0, width), ignore_index=width)
-
-    def loss(out):
-        return (cross_entropy(out.start_logits, inputs["start_positions"])
-                + cross_entropy(out.end_logits, inputs["end_positions"])) / 2
-    return loss
 
 
 @pytest.mark.parametrize("task", ["classification", "qa"])

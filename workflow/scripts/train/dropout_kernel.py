@@ -16,6 +16,7 @@ any number of threads.
 from __future__ import annotations
 
 import ctypes
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -25,6 +26,22 @@ from workflow.scripts.train.kernel_build import CHUNK, run
 
 SOURCE = Path(__file__).with_name("dropout_kernel.c")
 BITS = 16  # p is exact to 1/2^16
+
+
+@dataclass
+class Layout:
+    """What the kernel's attention needs of a packing: where each sequence's
+    keys, queries and probs start (int64 offsets, sequences + 1 each) and the
+    sequences of each call (one per torch thread, about equal work)."""
+
+    offsets: tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+    scores: int
+    """Probs kept for backward: sum over sequences of heads x queries x keys."""
+    calls: list[tuple[int, int]]
+    """(first sequence, sequences) per call."""
+
+    def pointers(self) -> tuple[int, int, int]:
+        return tuple(t.data_ptr() for t in self.offsets)
 
 
 class Kernel:
@@ -57,7 +74,7 @@ class Kernel:
                   keep_scale: float) -> tuple[torch.Tensor, torch.Tensor]:
         """(out, probs) of the packed attention (dropout_kernel.c) of contiguous
         bf16 q [query rows, hidden], k and v [tokens, hidden]; `layout`: the
-        offsets and each call's sequences (encoder/attention.Layout)."""
+        offsets and each call's sequences (Layout)."""
         out, probs = torch.empty_like(q), q.new_empty(layout.scores)
         size = q.shape[1] // heads
         calls = [(self.attention_forward_call, (q.data_ptr(), k.data_ptr(), v.data_ptr(), *layout.pointers(), first,
@@ -90,6 +107,35 @@ class Kernel:
         want = torch.where(keep_reference(4096, 0x123456789ABCDEF0, dropped(0.25)), x * 2.0, 0.0)
         half = self.dropout(x.bfloat16(), 0x123456789ABCDEF0, dropped(0.25), 1.1)
         return torch.equal(y, want) and torch.equal(half, torch.where(kept, x.bfloat16() * 1.1, 0.0).bfloat16())
+
+    def attention_is_torchs(self, lengths=(37, 5), heads: int = 2, size: int = 24) -> bool:
+        """Whether the packed attention, forward and backward, is torch's
+        softmax(q k^T scaling) v on a small bf16 input (dropout off): two
+        sequences, one longer than the kernel's blocks of 16 keys, a head
+        size that is no vector width's multiple; within 2% in norm, where
+        bf16's rounding gives some 0.2% and a wrong build far more."""
+        generator = torch.Generator().manual_seed(0)
+        tokens, scaling = sum(lengths), size ** -0.5
+        q, k, v, grad = (torch.randn(tokens, heads * size, generator=generator).bfloat16() for _ in range(4))
+        offsets = torch.tensor([0, lengths[0], tokens], dtype=torch.int64)
+        probs = torch.tensor([0, heads * lengths[0] ** 2, heads * sum(n * n for n in lengths)], dtype=torch.int64)
+        plan = Layout((offsets, offsets, probs), int(probs[-1]), [(0, len(lengths))])
+        out, saved = self.attention(q, k, v, plan, heads, scaling, 0, 0, 1.0)
+        got = (out, *self.attention_backward(grad, q, k, v, saved, plan, heads, scaling, 0, 0, 1.0))
+        leaves = [t.float().requires_grad_() for t in (q, k, v)]
+        parts = []
+        for start, n in ((0, lengths[0]), (lengths[0], lengths[1])):
+            qs, ks, vs = (t[start:start + n].view(n, heads, size).transpose(0, 1) for t in leaves)
+            context = torch.softmax(qs @ ks.transpose(-1, -2) * scaling, dim=-1) @ vs
+            parts.append(context.transpose(0, 1).reshape(n, heads * size))
+        want = torch.cat(parts)
+        want.backward(grad.float())
+        return all(bool((a.float() - b).norm() <= 0.02 * b.norm())
+                   for a, b in zip(got, (want.detach(), *(t.grad for t in leaves))))
+
+    def computes_its_definitions(self) -> bool:
+        """The dropout's mask and the attention, each checked when the build loads."""
+        return self.agrees_with_its_definition() and self.attention_is_torchs()
 
 
 def enough_memory(results: list, doing: str, layout) -> None:
@@ -130,9 +176,12 @@ def keep_reference(n: int, seed: int, threshold: int) -> torch.Tensor:
     return (h >> 16) >= threshold
 
 
-def build(cc: str | None = None, cache: Path | None = None) -> tuple[Kernel | None, str]:
-    return kernel_build.build_checked(SOURCE, Kernel, Kernel.agrees_with_its_definition,
-                                      "drops other elements than its definition (a miscompiled build?)", cc, cache)
+def build(cc: str | None = None, cache: Path | None = None, source: Path = SOURCE) -> tuple[Kernel | None, str]:
+    """(kernel, where) or (None, why not); `source`: another C file for the
+    same loader and checks (a test's deliberately wrong copy)."""
+    return kernel_build.build_checked(source, Kernel, Kernel.computes_its_definitions,
+                                      "drops other elements than its definition, or its attention is not torch's "
+                                      "on a small input (a miscompiled build?): not used", cc, cache)
 
 
 def load() -> tuple[Kernel | None, str]:

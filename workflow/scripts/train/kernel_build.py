@@ -3,8 +3,10 @@ first use on a machine, cache them, load them with ctypes.
 
 The build goes to $CPUDDP_KERNEL_CACHE or ~/.cache/cpuddp/kernels, in a
 folder named by the sha256 of the source, the flags and the compiler's
-`--version`, written under a temporary name and renamed into place, so
-ranks building at once do not trip over each other. A kernel that cannot
+`--version`, written under a temporary name and renamed into place. The
+ranks of a node start at once: the first takes an flock on the folder's
+`.lock` and builds, the others wait on it and load what it built (one
+build per node, logged as a line in the folder's build.log). A kernel that cannot
 be built gives a one-line reason, never an exception: training then takes
 torch's path and the log says why.
 
@@ -20,7 +22,9 @@ of CHUNK elements.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import fcntl
 import functools
 import hashlib
 import os
@@ -28,6 +32,7 @@ import shlex
 import shutil
 import subprocess
 import tempfile
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -72,24 +77,48 @@ def compile_and_load(source: Path, cc: str | None = None, cache: Path | None = N
         why = private_folder(folder)
         if why:
             return None, refused(target, why)
-        if not os.path.lexists(target):
-            handle, temporary = tempfile.mkstemp(dir=folder, prefix=".build-", suffix=".so")
-            os.close(handle)
-            done = subprocess.run([*command, *FLAGS, "-o", temporary, str(source), "-lm"], capture_output=True,
-                                  text=True, timeout=300)
-            if done.returncode:
-                os.unlink(temporary)
-                lines = done.stderr.strip().splitlines() or ["no output"]
-                first = next((line for line in lines if "error" in line), lines[-1])
-                return None, f"{' '.join(command)} could not build {source.name}: {first}"
-            os.chmod(temporary, 0o700)  # owner-only whatever the umask: code this user loads (common/private.py)
-            os.replace(temporary, target)
+        with locked(folder):
+            if not os.path.lexists(target):
+                why = build_into(source, command, target)
+                if why:
+                    return None, why
         why = private(target)
         if why or not target.is_file():
             return None, refused(target, why or f"{target} is not a file")
         return ctypes.CDLL(str(target)), str(target)
     except (OSError, subprocess.SubprocessError) as error:
         return None, f"{source.name} could not be built or loaded: {error}"
+
+
+@contextlib.contextmanager
+def locked(folder: Path):
+    """An exclusive flock on `folder`/.lock (created 0600), held in the with block."""
+    fd = os.open(folder / ".lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # released by close, also when the process dies
+        yield
+    finally:
+        os.close(fd)
+
+
+def build_into(source: Path, command: list[str], target: Path) -> str | None:
+    """Compile `source` to `target` (under a temporary name, renamed into
+    place) and log it in build.log beside it; None, or why it failed."""
+    handle, temporary = tempfile.mkstemp(dir=target.parent, prefix=".build-", suffix=".so")
+    os.close(handle)
+    done = subprocess.run([*command, *FLAGS, "-o", temporary, str(source), "-lm"], capture_output=True,
+                          text=True, timeout=300)
+    if done.returncode:
+        os.unlink(temporary)
+        lines = done.stderr.strip().splitlines() or ["no output"]
+        first = next((line for line in lines if "error" in line), lines[-1])
+        return f"{' '.join(command)} could not build {source.name}: {first}"
+    os.chmod(temporary, 0o700)  # owner-only whatever the umask: code this user loads (common/private.py)
+    os.replace(temporary, target)
+    log = os.open(target.parent / "build.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(log, "a") as out:
+        out.write(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} pid {os.getpid()} built {target.name} from {source}\n")
+    return None
 
 
 def build_checked(source: Path, wrap, sound, refusal: str, cc: str | None = None,

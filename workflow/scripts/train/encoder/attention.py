@@ -6,7 +6,7 @@ Two paths, the same arithmetic up to rounding:
 - with the hash-dropout kernel on bf16 (train/dropout_kernel.c,
   PackedAttention): every sequence and head of a layer in one C call
   forward and one backward, reading the projections' rows where they are
-  (cu_seqlens-style offsets, Layout); scores, softmax and dropout in
+  (cu_seqlens-style offsets, dropout_kernel.Layout); scores, softmax and dropout in
   float, the dropout mask recomputed from a seed in backward. One call
   per torch thread, each a run of whole sequences;
 - torch's ops under autograd (fp32, or where the C kernel did not build):
@@ -16,12 +16,10 @@ Two paths, the same arithmetic up to rounding:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 import torch.nn.functional as F
 
-from workflow.scripts.train.dropout_kernel import KernelDropout, dropped, draw_seed, keep_scale
+from workflow.scripts.train.dropout_kernel import KernelDropout, Layout, dropped, draw_seed, keep_scale
 from workflow.scripts.train.encoder.packing import Packed
 
 def _views(q, k, v, packed: Packed, first_token: bool, heads: int):
@@ -64,22 +62,6 @@ def attention(q, k, v, packed: Packed, heads: int, scaling: float, p: float, fir
             probs = F.dropout(probs, p, training=True) if kernel is None else KernelDropout.apply(probs, p, kernel)
         out.append(_merge(torch.matmul(probs, vg)))
     return out[0] if len(out) == 1 else torch.cat(out)
-
-
-@dataclass
-class Layout:
-    """What the kernel's attention needs of a packing: where each sequence's
-    keys, queries and probs start (int64 offsets, sequences + 1 each) and the
-    sequences of each call (one per torch thread, about equal work)."""
-
-    offsets: tuple[torch.Tensor, torch.Tensor, torch.Tensor]
-    scores: int
-    """Probs kept for backward: sum over sequences of heads x queries x keys."""
-    calls: list[tuple[int, int]]
-    """(first sequence, sequences) per call."""
-
-    def pointers(self) -> tuple[int, int, int]:
-        return tuple(t.data_ptr() for t in self.offsets)
 
 
 def layout(packed: Packed, first_token: bool, heads: int) -> Layout:
