@@ -72,7 +72,8 @@ def cpuddp_run(work: Path, model: str, data: Path, task: str, tag: str) -> dict:
     best = record["best"]
     config["distributed"].update(processes_per_node=best["processes_per_node"],
                                  threads_per_process=best["threads_per_process"])
-    config["train"].update(batch_size=best["batch_size"], gradient_accumulation_steps=best["gradient_accumulation_steps"])
+    config["train"].update(batch_size=best["batch_size"],
+                           gradient_accumulation_steps=best["gradient_accumulation_steps"])
     out = work / f"cpuddp-{tag}"
     out.mkdir()
     info, metrics = run_training(cfg.validate(config), str(data), out, "cpuddp bench run")

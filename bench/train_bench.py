@@ -191,7 +191,8 @@ def run_cpuddp(work: Path, model: str, data: Path, steps: int, speed: dict | Non
 
 
 def run_trainer(work: Path, model: str, data: Path, steps: int | None, bf16: bool, compile_: bool, tag: str,
-                layout=(2, 1), extra: tuple[str, ...] = (), task: str = "mrpc", global_batch: int = GLOBAL_BATCH) -> dict:
+                layout=(2, 1), extra: tuple[str, ...] = (), task: str = "mrpc",
+                global_batch: int = GLOBAL_BATCH) -> dict:
     """The Trainer at the bench's setting; `steps` None trains hf_trainer_run's
     epochs and scores the dev split (`accuracy`); `extra`: more of its flags;
     `rank0`: everything rank 0 wrote (dev scores, loss_history). `task`
