@@ -10,7 +10,9 @@ training try (--tries) runs alone in its run folder and writes into a
 folder of its own, `D/try-N/` (attempt.py): the ranks' `--log-dir D` is
 pointed there. The launcher, mpirun and the ranks end with the job shell
 that started the launcher (SIGTERM: the ranks checkpoint and stop), and
-mpirun and the ranks with the launcher, however it ends (guard.py).
+mpirun and the ranks with the launcher, however it ends (guard.py). A
+SIGTERM or SIGINT while it waits (for the run's lock, a lease, the ranks
+to start) gives back what it holds and ends in one line (errors.Stopped).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 
+from workflow.scripts.common.errors import stoppable
 from workflow.scripts.launch import lifeline
 
 from workflow.scripts.settings import step
@@ -30,6 +33,11 @@ from workflow.scripts.launch import attempt, hosts, job, lease, tries
 
 
 def main(argv=None) -> None:
+    with stoppable():  # a SIGTERM or SIGINT in any wait gives back the lock and the lease (errors.Stopped)
+        launch(argv)
+
+
+def launch(argv=None) -> None:
     lifeline.die_with_parent(signal.SIGTERM)  # the job shell is gone: stop this try (supervise.py)
     parser = step.parser(__doc__)
     parser.add_argument("--environment", required=True, help="environment.json of the run")
