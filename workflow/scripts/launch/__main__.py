@@ -29,7 +29,7 @@ from workflow.scripts.launch import lifeline
 
 from workflow.scripts.settings import step
 from workflow.scripts.settings.views import DistributedSettings, TrainView
-from workflow.scripts.launch import attempt, hosts, job, lease, tries
+from workflow.scripts.launch import attempt, hosts, job, lease, new_nodes, tries
 
 
 def main(argv=None) -> None:
@@ -53,16 +53,16 @@ def launch(argv=None) -> None:
     # check, or others checked now (launch/lease.py); kept for a next try.
     run = str(Path(args.environment).resolve().parent)
     with one_try(args, dist, program) as (log_dir, program, hold), \
-            lease.held(dist, run, "training", keep_when="failed", prefer=lease.described(info)) as leased:
+            lease.held(dist, run, "training", keep_when="failed", prefer=new_nodes.described(info)) as leased:
         if not args.tries:
-            lease.check_new_nodes(args.config, args.environment, leased)
+            new_nodes.check_new_nodes(args.config, args.environment, leased)
             job.run(dist, info, program, log_dir, hosts=leased)
             return
         with tries.recorded(args.tries, args.attempt, log_dir, {"log_dir": str(log_dir)}) as entry:
             tries.hopeless(args.tries, args.attempt)
             chosen, dropped = hosts.for_retry(dist, leased) if args.attempt > 1 else (None, [])
             entry.update(hosts=chosen or leased, dropped=dropped)
-            entry.update(checked_now=lease.check_new_nodes(args.config, args.environment, chosen or leased))
+            entry.update(checked_now=new_nodes.check_new_nodes(args.config, args.environment, chosen or leased))
             if log_dir != args.log_dir:
                 attempt.link_newest(args.log_dir, log_dir, job.world_size(dist, info, chosen or leased))
             job.run(dist, info, program, log_dir, hosts=chosen or leased, hold=hold)

@@ -18,9 +18,8 @@ very host and that process no longer exists. An entry from another host is
 never taken over from here: a launch that cannot find free nodes waits
 (WAIT_SECONDS) and then fails with one line naming each holder's host and
 PID, and how to clear the entry once that launcher is really gone. A
-holder stopped by SIGTERM or SIGINT (errors.Stopped: the launcher and the
-environment check install it) gives its entries back, kept for nobody,
-whether it was waiting or holding; only SIGKILL leaves them behind.
+holder stopped by SIGTERM or SIGINT (errors.Stopped) gives its entries
+back, kept for nobody; only SIGKILL leaves them behind.
 
 The lock. leases.json is read and written under an exclusive flock on
 `lock`, polled (LOCK_NB) for at most LOCK_SECONDS. Its holder writes its
@@ -39,7 +38,7 @@ those nodes, and that launch then takes free hosts first and reservations
 of other runs only when too few are free. Nothing waits for a run that is
 not running, so the count and the leases cannot deadlock. A training whose
 reservation was (partly) taken leases free nodes instead and checks them
-first, under its own lease (`check_new_nodes`: nodes/check.py --confirm): it trains only on
+first, under its own lease (launch/new_nodes.py: nodes/check.py --confirm): it trains only on
 nodes that were checked and agree with environment.json (among free nodes
 and other reservations it prefers those environment.json describes). A
 training that fails keeps its lease for the run's next try (retries start
@@ -57,7 +56,6 @@ import fcntl
 import json
 import os
 import socket
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -248,29 +246,6 @@ def holders(directory: Path, hosts: list[str]) -> str:
         if host in held and not held[host].get("kept"):
             by.setdefault(_holder(held[host]) + f", run {held[host].get('run')}", []).append(host)
     return "; ".join(f"{', '.join(h)} by {who}" for who, h in by.items()) or "nobody now"
-
-
-def described(environment: dict) -> list[str]:
-    """The nodes an environment.json describes."""
-    return [node["node"] for node in environment.get("node_reports", [])]
-
-
-def check_new_nodes(config_file: str, environment_file: str, hosts: list[str] | None) -> list[str]:
-    """The nodes of `hosts` that environment.json does not describe, checked
-    by the environment check (nodes/check.py --confirm) before a training
-    runs on them; fails with its one line where they differ."""
-    new = [h for h in hosts or [] if h not in described(json.loads(Path(environment_file).read_text()))]
-    if not new:
-        return []
-    done = subprocess.run([sys.executable, "-m", "workflow.scripts.nodes.check", "--config", config_file,
-                           "--confirm", environment_file, "--hosts", ",".join(new)],
-                          stderr=subprocess.PIPE, text=True)
-    lines = [line for line in done.stderr.splitlines() if line.strip()]
-    if done.returncode:
-        raise UserError(lines[-1].removeprefix("error: ") if lines else
-                        f"the check of {', '.join(new)} ended with exit status {done.returncode}")
-    print("\n".join(lines), file=sys.stderr, flush=True)
-    return new
 
 
 @contextlib.contextmanager
