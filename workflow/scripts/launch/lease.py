@@ -269,16 +269,17 @@ def held(dist: DistributedSettings, run: str, role: str, keep_when: str = "never
         release(directory, run, role, lock_wait=lock_wait)
         raise
     print(f"lease: {role} of {run} holds {', '.join(chosen)} ({directory})", file=sys.stderr, flush=True)
-    ok = stopped = False
+    keep = False
     try:
         yield chosen
-        ok = True
-    except Stopped:  # stopped by hand or by the job's end: no reservation is kept for a next try
-        stopped = True
+        keep = keep_when == "done"
+    except Stopped:  # by hand, or the job's end: no reservation is kept for a next try
+        raise
+    except BaseException:
+        keep = keep_when == "failed"
         raise
     finally:
-        release(directory, run, role, keep={"done": ok, "failed": not (ok or stopped)}.get(keep_when, False),
-                lock_wait=lock_wait)
+        release(directory, run, role, keep=keep, lock_wait=lock_wait)
 
 
 def _wait_for_hosts(dist: DistributedSettings, directory: Path, hosts: list[str], run: str, role: str,
