@@ -84,7 +84,7 @@ ALLOWED_STAGE_IMPORTS = {
     "plan": {"common", "settings", "probes", "launch", "nodes", "data", "train", "report"},
 }
 # The package itself (workflow/scripts/__init__.py) runs first in every
-# program: it may use the leaves in common (transformers' import table), no stage.
+# program: it may use the leaves in common, no stage.
 ROOT_IMPORTS = {"common"}
 ARCHITECTURE = REPO / "docs" / "architecture.md"
 

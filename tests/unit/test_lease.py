@@ -13,7 +13,7 @@ import psutil
 import pytest
 
 from workflow.scripts.common.errors import UserError
-from workflow.scripts.launch import lease, resources
+from workflow.scripts.launch import lease, new_nodes, resources
 from workflow.scripts.nodes import check
 from workflow.scripts.settings.views import DistributedSettings, EnvironmentView
 
@@ -156,8 +156,8 @@ def test_a_training_checks_only_nodes_environment_json_does_not_describe(monkeyp
 
 def test_a_training_on_the_nodes_environment_json_describes_checks_nothing(tmp_path):
     (tmp_path / "environment.json").write_text(json.dumps({"node_reports": [{"node": "a"}, {"node": "b"}]}))
-    assert lease.check_new_nodes("train.json", str(tmp_path / "environment.json"), ["b"]) == []  # no process
-    assert lease.check_new_nodes("train.json", str(tmp_path / "environment.json"), None) == []
+    assert new_nodes.check_new_nodes("train.json", str(tmp_path / "environment.json"), ["b"]) == []  # no process
+    assert new_nodes.check_new_nodes("train.json", str(tmp_path / "environment.json"), None) == []
 
 
 def test_held_through_the_config(tmp_path):

@@ -8,17 +8,14 @@ CPU-s it takes to import transformers' models here (2026-11-29). So a
 program started this way loads its modules with the collector off, and
 `program_loaded()` (run_cli calls it before main) turns it back on, the
 loaded modules' objects frozen out of later collections: they live as long
-as the process. Such a program also reads transformers' lazy-import table
-from a cache (common/import_table.py): 0.3 CPU-s a process."""
+as the process. transformers' own import machinery is left as it is: nothing
+here wraps a function of a dependency (docs/architecture.md)."""
 
 import gc
 import sys
 
 if sys.argv[:1] == ["-m"]:  # started with -m: argv[0] is "-m" only while Python looks for the module
     gc.disable()
-    from workflow.scripts.common import import_table
-
-    import_table.install()
 
 
 def program_loaded() -> None:

@@ -52,6 +52,59 @@ def sigterm_raises():
         signal.signal(signal.SIGTERM, previous)
 
 
+class Stopped(SystemExit):
+    """SIGTERM or SIGINT stopped a process that waits (a lock, a lease, its
+    ranks to start; `stoppable`). Raised in the main thread, so that every
+    `finally` gives back what the process holds; run_cli prints its one
+    line. Exits 128 + the signal, as the signal itself would."""
+
+    def __init__(self, signum: int, waiting: str | None = None):
+        super().__init__(128 + signum)
+        self.line = f"{signal.Signals(signum).name}" + (f" while waiting for {waiting}" if waiting else "")
+
+    def __str__(self) -> str:
+        return self.line
+
+
+_waiting: list[str] = []  # what the process waits for now, innermost last (`waiting`)
+_stopping: list[int] = []  # the signal that stopped it, once one has
+
+
+def stop_now(signum: int, waiting: str | None = None) -> None:
+    """Raise Stopped, once: a later signal lets the clean-up run (each of
+    its steps is bounded; SIGKILL still ends the process at once)."""
+    if _stopping:
+        return
+    _stopping.append(signum)
+    raise Stopped(signum, waiting or (_waiting[-1] if _waiting else None))
+
+
+@contextmanager
+def stoppable():
+    """Within: SIGTERM and SIGINT raise Stopped (for a process that holds
+    locks or leases while it waits; a default SIGTERM would skip every
+    `finally` and leave them behind)."""
+    def handler(signum, _frame):
+        stop_now(signum)
+
+    previous = {signum: signal.signal(signum, handler) for signum in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for signum, action in previous.items():
+            signal.signal(signum, action)
+
+
+@contextmanager
+def waiting(what: str):
+    """Within: a Stopped says that the process was waiting for `what`."""
+    _waiting.append(what)
+    try:
+        yield
+    finally:
+        _waiting.pop()
+
+
 def run_cli(main, argv=None) -> None:
     """Run a step's main(); known failures end in one line, exit code 1.
     A rule's log gets no terminal escape codes (common/plain.py)."""
@@ -65,6 +118,9 @@ def run_cli(main, argv=None) -> None:
     except Preempted as err:
         print(f"preempted: {err}", file=sys.stderr)
         sys.exit(PREEMPTED)
+    except Stopped as err:
+        print(f"stopped by {err}; what this process held is given back", file=sys.stderr)
+        raise
     except (UserError, ValueError, FileNotFoundError) as err:
         # ValueError covers the config/data/task errors of our modules.
         print(f"error: {err}", file=sys.stderr)

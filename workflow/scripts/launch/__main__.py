@@ -10,7 +10,9 @@ training try (--tries) runs alone in its run folder and writes into a
 folder of its own, `D/try-N/` (attempt.py): the ranks' `--log-dir D` is
 pointed there. The launcher, mpirun and the ranks end with the job shell
 that started the launcher (SIGTERM: the ranks checkpoint and stop), and
-mpirun and the ranks with the launcher, however it ends (guard.py).
+mpirun and the ranks with the launcher, however it ends (guard.py). A
+SIGTERM or SIGINT while it waits (for the run's lock, a lease, the ranks
+to start) gives back what it holds and ends in one line (errors.Stopped).
 """
 
 from __future__ import annotations
@@ -22,14 +24,20 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 
+from workflow.scripts.common.errors import stoppable
 from workflow.scripts.launch import lifeline
 
 from workflow.scripts.settings import step
 from workflow.scripts.settings.views import DistributedSettings, TrainView
-from workflow.scripts.launch import attempt, hosts, job, lease, tries
+from workflow.scripts.launch import attempt, hosts, job, lease, new_nodes, tries
 
 
 def main(argv=None) -> None:
+    with stoppable():  # a SIGTERM or SIGINT in any wait gives back the lock and the lease (errors.Stopped)
+        launch(argv)
+
+
+def launch(argv=None) -> None:
     lifeline.die_with_parent(signal.SIGTERM)  # the job shell is gone: stop this try (supervise.py)
     parser = step.parser(__doc__)
     parser.add_argument("--environment", required=True, help="environment.json of the run")
@@ -45,16 +53,16 @@ def main(argv=None) -> None:
     # check, or others checked now (launch/lease.py); kept for a next try.
     run = str(Path(args.environment).resolve().parent)
     with one_try(args, dist, program) as (log_dir, program, hold), \
-            lease.held(dist, run, "training", keep_when="failed", prefer=lease.described(info)) as leased:
+            lease.held(dist, run, "training", keep_when="failed", prefer=new_nodes.described(info)) as leased:
         if not args.tries:
-            lease.check_new_nodes(args.config, args.environment, leased)
+            new_nodes.check_new_nodes(args.config, args.environment, leased)
             job.run(dist, info, program, log_dir, hosts=leased)
             return
         with tries.recorded(args.tries, args.attempt, log_dir, {"log_dir": str(log_dir)}) as entry:
             tries.hopeless(args.tries, args.attempt)
             chosen, dropped = hosts.for_retry(dist, leased) if args.attempt > 1 else (None, [])
             entry.update(hosts=chosen or leased, dropped=dropped)
-            entry.update(checked_now=lease.check_new_nodes(args.config, args.environment, chosen or leased))
+            entry.update(checked_now=new_nodes.check_new_nodes(args.config, args.environment, chosen or leased))
             if log_dir != args.log_dir:
                 attempt.link_newest(args.log_dir, log_dir, job.world_size(dist, info, chosen or leased))
             job.run(dist, info, program, log_dir, hosts=chosen or leased, hold=hold)

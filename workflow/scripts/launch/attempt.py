@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 
 from workflow.scripts.common import logs
-from workflow.scripts.common.errors import UserError
+from workflow.scripts.common.errors import UserError, waiting
 
 LOCK_NAME = "try.lock"
 STOP_SECONDS = 15.0  # supervise: a stack dump and the launcher's stop, after the grace
@@ -68,16 +68,8 @@ def locked(run_dir, wait: float):
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
-        deadline = time.monotonic() + wait
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise UserError(f"another try of this run is still running: {holder_line(os.pread(fd, 4096, 0))} "
-                                    f"holds {path} after {wait:g} s; end that process or wait for it") from None
-                time.sleep(POLL_SECONDS)
+        with waiting(f"the run's lock {path}"):
+            _wait_for_lock(fd, path, wait)
         holder = {"host": socket.gethostname(), "pid": os.getpid(), "since": time.time()}
 
         def record(**extra) -> None:
@@ -94,6 +86,25 @@ def locked(run_dir, wait: float):
             fcntl.flock(fd, fcntl.LOCK_UN)
     finally:
         os.close(fd)
+
+
+def _wait_for_lock(fd: int, path: Path, wait: float) -> None:
+    """flock `fd`, polled for `wait` seconds; says once that it waits, and for whom."""
+    deadline, said = time.monotonic() + wait, False
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            holder = holder_line(os.pread(fd, 4096, 0))
+            if time.monotonic() > deadline:
+                raise UserError(f"another try of this run is still running: {holder} holds {path} after {wait:g} s; "
+                                "end that process or wait for it") from None
+            if not said:
+                print(f"try: another try of this run is still running ({holder}); waiting up to {wait:g} s for it "
+                      "to stop", file=sys.stderr, flush=True)
+                said = True
+            time.sleep(POLL_SECONDS)
 
 
 def numbers(log_dir) -> list[int]:
@@ -150,19 +161,21 @@ def for_try(program: list[str], log_dir, folder) -> list[str]:
 
 def copy_output(path) -> subprocess.Popen:
     """From here on, this process's stdout and stderr (and so its children's)
-    also go to `path`: a tee that ignores SIGTERM, like the rule's, so the
+    also go to `path`: a tee that ignores SIGTERM, like the rule's, and
+    SIGINT (a Ctrl-C reaches the terminal's whole process group), so the
     last lines of a stopped try still arrive."""
     sys.stdout.flush()
     sys.stderr.flush()
     tee = subprocess.Popen(["tee", "-a", str(path)], stdin=subprocess.PIPE, stdout=sys.stderr.fileno(),
-                           preexec_fn=ignore_sigterm)
+                           preexec_fn=ignore_stop_signals)
     os.dup2(tee.stdin.fileno(), sys.stdout.fileno())
     os.dup2(tee.stdin.fileno(), sys.stderr.fileno())
     tee.stdin.close()
     return tee
 
 
-def ignore_sigterm() -> None:
+def ignore_stop_signals() -> None:
     import signal
 
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)

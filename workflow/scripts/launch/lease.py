@@ -17,7 +17,9 @@ over as stale only when its holder is provably gone: it was written on this
 very host and that process no longer exists. An entry from another host is
 never taken over from here: a launch that cannot find free nodes waits
 (WAIT_SECONDS) and then fails with one line naming each holder's host and
-PID, and how to clear the entry once that launcher is really gone.
+PID, and how to clear the entry once that launcher is really gone. A
+holder stopped by SIGTERM or SIGINT (errors.Stopped) gives its entries
+back, kept for nobody; only SIGKILL leaves them behind.
 
 The lock. leases.json is read and written under an exclusive flock on
 `lock`, polled (LOCK_NB) for at most LOCK_SECONDS. Its holder writes its
@@ -36,7 +38,7 @@ those nodes, and that launch then takes free hosts first and reservations
 of other runs only when too few are free. Nothing waits for a run that is
 not running, so the count and the leases cannot deadlock. A training whose
 reservation was (partly) taken leases free nodes instead and checks them
-first, under its own lease (`check_new_nodes`: nodes/check.py --confirm): it trains only on
+first, under its own lease (launch/new_nodes.py: nodes/check.py --confirm): it trains only on
 nodes that were checked and agree with environment.json (among free nodes
 and other reservations it prefers those environment.json describes). A
 training that fails keeps its lease for the run's next try (retries start
@@ -54,14 +56,13 @@ import fcntl
 import json
 import os
 import socket
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import psutil
 
-from workflow.scripts.common.errors import UserError
+from workflow.scripts.common.errors import Stopped, UserError, waiting
 from workflow.scripts.settings.hostfile import read_hostfile
 from workflow.scripts.settings.views import DistributedSettings
 
@@ -138,20 +139,8 @@ def _locked(directory: Path, timeout: float = LOCK_SECONDS):
     path = directory / "lock"
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
     try:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    try:
-                        holder = _holder(json.loads(os.pread(fd, 4096, 0) or b"{}"))
-                    except ValueError:
-                        holder = "a process that wrote no holder"
-                    raise UserError(f"the lease lock {path} is held for more than {timeout:.0f} s by {holder}; "
-                                    "no launch can pick nodes until it lets go") from None
-                time.sleep(0.05)
+        with waiting(f"the lease lock {path}"):
+            _wait_for_lock(fd, path, timeout)
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps({"host": HOST, "pid": os.getpid()}).encode(), 0)
         try:
@@ -161,6 +150,23 @@ def _locked(directory: Path, timeout: float = LOCK_SECONDS):
             fcntl.flock(fd, fcntl.LOCK_UN)
     finally:
         os.close(fd)
+
+
+def _wait_for_lock(fd: int, path: Path, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                try:
+                    holder = _holder(json.loads(os.pread(fd, 4096, 0) or b"{}"))
+                except ValueError:
+                    holder = "a process that wrote no holder"
+                raise UserError(f"the lease lock {path} is held for more than {timeout:.0f} s by {holder}; "
+                                "no launch can pick nodes until it lets go") from None
+            time.sleep(0.05)
 
 
 def _read(directory: Path) -> dict:
@@ -242,29 +248,6 @@ def holders(directory: Path, hosts: list[str]) -> str:
     return "; ".join(f"{', '.join(h)} by {who}" for who, h in by.items()) or "nobody now"
 
 
-def described(environment: dict) -> list[str]:
-    """The nodes an environment.json describes."""
-    return [node["node"] for node in environment.get("node_reports", [])]
-
-
-def check_new_nodes(config_file: str, environment_file: str, hosts: list[str] | None) -> list[str]:
-    """The nodes of `hosts` that environment.json does not describe, checked
-    by the environment check (nodes/check.py --confirm) before a training
-    runs on them; fails with its one line where they differ."""
-    new = [h for h in hosts or [] if h not in described(json.loads(Path(environment_file).read_text()))]
-    if not new:
-        return []
-    done = subprocess.run([sys.executable, "-m", "workflow.scripts.nodes.check", "--config", config_file,
-                           "--confirm", environment_file, "--hosts", ",".join(new)],
-                          stderr=subprocess.PIPE, text=True)
-    lines = [line for line in done.stderr.splitlines() if line.strip()]
-    if done.returncode:
-        raise UserError(lines[-1].removeprefix("error: ") if lines else
-                        f"the check of {', '.join(new)} ended with exit status {done.returncode}")
-    print("\n".join(lines), file=sys.stderr, flush=True)
-    return new
-
-
 @contextlib.contextmanager
 def held(dist: DistributedSettings, run: str, role: str, keep_when: str = "never", wait: float = WAIT_SECONDS,
          lock_wait: float = LOCK_SECONDS, prefer: list[str] = ()):
@@ -279,19 +262,39 @@ def held(dist: DistributedSettings, run: str, role: str, keep_when: str = "never
     directory, hosts = folder(dist), read_hostfile(dist.hostfile)
     if dist.nodes > len(hosts):
         raise UserError(f"distributed.nodes is {dist.nodes} but the hostfile lists {len(hosts)} nodes")
-    deadline = time.time() + wait
+    try:
+        with waiting(f"{dist.nodes} free node(s) of {dist.hostfile}"):
+            chosen = _wait_for_hosts(dist, directory, hosts, run, role, wait, lock_wait, prefer)
+    except Stopped:  # the signal may have come between its entries' write and their return
+        release(directory, run, role, lock_wait=lock_wait)
+        raise
+    print(f"lease: {role} of {run} holds {', '.join(chosen)} ({directory})", file=sys.stderr, flush=True)
+    keep = False
+    try:
+        yield chosen
+        keep = keep_when == "done"
+    except Stopped:  # by hand, or the job's end: no reservation is kept for a next try
+        raise
+    except BaseException:
+        keep = keep_when == "failed"
+        raise
+    finally:
+        release(directory, run, role, keep=keep, lock_wait=lock_wait)
+
+
+def _wait_for_hosts(dist: DistributedSettings, directory: Path, hosts: list[str], run: str, role: str,
+                    wait: float, lock_wait: float, prefer: list[str]) -> list[str]:
+    """The hosts leased, once enough are free; says once that it waits, for whom."""
+    deadline, said = time.time() + wait, False
     while (chosen := try_acquire(directory, hosts, dist.nodes, run, role, lock_wait, prefer)) is None:
         if time.time() > deadline:
             raise UserError(
                 f"no {dist.nodes} free nodes of {dist.hostfile} after {wait:.0f} s: held {holders(directory, hosts)} "
                 f"(leases in {directory / 'leases.json'}; only a holder on this host that is gone is taken over: "
                 f"once a holder elsewhere is gone for sure, delete its hosts' entries there)")
+        if not said:
+            print(f"lease: {role} of {run} waits up to {wait:.0f} s for {dist.nodes} free node(s) of {dist.hostfile}: "
+                  f"held {holders(directory, hosts)}", file=sys.stderr, flush=True)
+            said = True
         time.sleep(0.5)
-    print(f"lease: {role} of {run} holds {', '.join(chosen)} ({directory})", file=sys.stderr, flush=True)
-    ok = False
-    try:
-        yield chosen
-        ok = True
-    finally:
-        release(directory, run, role, keep={"done": ok, "failed": not ok}.get(keep_when, False),
-                lock_wait=lock_wait)
+    return chosen

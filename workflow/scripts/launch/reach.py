@@ -5,6 +5,7 @@ try each of those alone to name the node at fault."""
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import json
 import os
 import re
@@ -36,6 +37,11 @@ def run_bounded(argv: list[str], timeout: float, env=None) -> tuple[int | None, 
             except (ProcessLookupError, subprocess.TimeoutExpired):
                 out, err = "", ""
         return None, out or "", err or ""
+    except BaseException:  # stopped while it waits (errors.Stopped): its session goes too
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise
 
 
 def parse_reports(text: str, kind: str = "NODE") -> dict[int, dict]:

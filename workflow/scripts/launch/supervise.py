@@ -12,7 +12,8 @@ still go the way they did: a SIGTERM here is forwarded to mpirun, its
 children and the ranks of this host (which checkpoint), and stop() stops
 mpirun first, then what it left. A Ctrl-C in a terminal reaches only this
 process now (mpirun is not in the terminal's process group): stop() ends
-the launch.
+the launch. So does a SIGTERM while a rank has yet to start (the start
+wait, distributed.start_timeout): no rank has anything to checkpoint.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from pathlib import Path
 
 import psutil
 
-from workflow.scripts.common import logs
+from workflow.scripts.common import errors, logs
 from workflow.scripts.launch import lifeline
 from workflow.scripts.launch import guard
 
@@ -54,7 +55,9 @@ class Outcome:
 def run(command: list[str], env: dict, log_dir, world: int, grace: float, quiet: bool = False,
         start_timeout: float | None = None, hold: tuple[int, ...] = ()) -> Outcome:
     """Run the launcher and watch its ranks. A SIGTERM to this process goes
-    on to the launcher and the ranks here, which checkpoint and stop.
+    on to the launcher and the ranks here, which checkpoint and stop; one
+    while ranks are still starting (nothing to checkpoint yet), or a SIGINT,
+    stops the launch at once (errors.Stopped).
     `quiet` keeps the ranks' output off the console (their logs have it).
     The launcher runs in a session of its own, which a guard ends if this
     process dies by any means (guard.py; the guard also holds the fds
@@ -73,20 +76,30 @@ def run(command: list[str], env: dict, log_dir, world: int, grace: float, quiet:
     statuses: list[dict] = []
     signalled: list[float] = []
 
-    def forward(signum, frame):
+    def on_signal(signum, frame):
+        missing = unstarted(statuses, log_dir, world)
+        if missing or signum != signal.SIGTERM:  # nothing to checkpoint yet, or a Ctrl-C: stop() ends the launch
+            errors.stop_now(signum, f"rank(s) {', '.join(map(str, missing))} to start" if missing else None)
+            return  # stopping already: stop() ends the launch
         signalled.append(time.monotonic())
         signal_launcher(proc, signum)
         signal_ranks(statuses, signum)
 
-    previous = signal.signal(signal.SIGTERM, forward)
+    previous = {signum: signal.signal(signum, on_signal) for signum in (signal.SIGTERM, signal.SIGINT)}
     try:
         return watch(proc, log_dir, world, grace, statuses, start_timeout, signalled)
     except BaseException:
         stop(proc, [])
         raise
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for signum, action in previous.items():
+            signal.signal(signum, action)
         watchdog.release()
+
+
+def unstarted(statuses: list[dict], log_dir, world: int) -> list[int]:
+    """The ranks that have written no status file yet (none are known without a log folder)."""
+    return [rank for rank in range(world) if rank >= len(statuses) or not statuses[rank]] if log_dir else []
 
 
 def armed(watchdog: guard.Guard, parent: int):

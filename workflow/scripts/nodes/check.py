@@ -24,7 +24,7 @@ from workflow.scripts.settings import step
 from workflow.scripts.settings import layout
 from workflow.scripts.probes import hardware
 from workflow.scripts.common.atomic import write_json
-from workflow.scripts.common.errors import UserError
+from workflow.scripts.common.errors import UserError, stoppable
 from workflow.scripts.settings.views import EnvironmentView
 from workflow.scripts.launch import command, mpi
 from workflow.scripts.nodes import describe
@@ -147,6 +147,11 @@ def layout_record(chosen: layout.Layout, record: dict | None, info: dict) -> dic
 
 
 def main(argv=None) -> None:
+    with stoppable():  # a SIGTERM or SIGINT while the nodes answer gives back the lease (errors.Stopped)
+        environment_check(argv)
+
+
+def environment_check(argv=None) -> None:
     parser = step.parser(__doc__)
     parser.add_argument("--layout", help="the run's measured layout.json (processes_per_node auto; train/tune.py)")
     parser.add_argument("--out", help="environment.json to write")

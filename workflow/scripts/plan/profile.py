@@ -201,7 +201,8 @@ def profile(config: PlanView, environment: str | None, steps: int, warmup: int, 
     is_qa = tasks.get_task(config.task).is_qa
     ipex, chosen = model_choices(config, environment)
     model, choice = model_code.build(train.model_code, build_model(config.model, config.task), is_qa, ipex, chosen,
-                                     lora=train.lora is not None)  # the model code training takes
+                                     lora=train.lora is not None,
+                                     trust_remote_code=config.trust_remote_code)  # the model code training takes
     model = lora.apply(model, train.lora)[0]  # only the adapters' gradients
     speed.apply(model, chosen, speed.Parts(precision=precision))
     batch = random_batch(model, train.batch_size, seq_len, is_qa)

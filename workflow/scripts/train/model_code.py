@@ -45,18 +45,20 @@ def load(setting: str, name: str, task: tasks.Task, tokenizer, ipex: bool, lever
         from transformers import AutoConfig
 
         config = AutoConfig.from_pretrained(name, trust_remote_code=trust_remote_code, **head_settings(task))
-        if encoder.why_not(config, kind) is None and config.pad_token_id is not None:
+        if encoder.why_not(config, kind, trust_remote_code) is None and config.pad_token_id is not None:
             model, _ = encoder.build(name, kind, hash_dropout=_hash_dropout(levers), config=config)
             fit_tokenizer(model, tokenizer, name)
             return _chosen(model, setting, kind, levers)
     loaded = load_model(name, task, trust_remote_code, tokenizer)
-    return build(setting, loaded, task.is_qa, ipex, levers, lora)
+    return build(setting, loaded, task.is_qa, ipex, levers, lora, trust_remote_code)
 
 
-def build(setting: str, hf_model, is_qa: bool, ipex: bool, levers, lora: bool = False) -> tuple[object, Choice]:
+def build(setting: str, hf_model, is_qa: bool, ipex: bool, levers, lora: bool = False,
+          trust_remote_code: bool = False) -> tuple[object, Choice]:
     """(the model to train, the choice) from the transformers model `hf_model`
     as load_model gave it; cpuddp asked for where it cannot serve: UserError.
-    `lora`: train.lora is set (peft's adapters go on transformers' modules)."""
+    `lora`: train.lora is set (peft's adapters go on transformers' modules);
+    `trust_remote_code`: the model was loaded with its own code (never the encoder's)."""
     kind = "qa" if is_qa else "classification"
     if setting == "transformers":
         return hf_model, Choice("transformers", "set in train.model_code")
@@ -74,7 +76,8 @@ def build(setting: str, hf_model, is_qa: bool, ipex: bool, levers, lora: bool = 
         if setting == "cpuddp":
             raise UserError("train.model_code cpuddp cannot train LoRA adapters; set train.model_code auto")
         return hf_model, Choice("transformers", "auto: LoRA adapters (peft) wrap transformers' modules")
-    model, why_not = encoder.build(hf_model, kind, hash_dropout=_hash_dropout(levers))
+    why_not = encoder.why_not(hf_model.config, kind, trust_remote_code)
+    model, why_not = (None, why_not) if why_not else encoder.build(hf_model, kind, hash_dropout=_hash_dropout(levers))
     if model is None:
         if setting == "cpuddp":
             raise UserError(f"train.model_code cpuddp: {why_not}; set train.model_code auto or transformers")

@@ -49,8 +49,16 @@ class Spec:
         return self.kind == "roberta"
 
 
-def why_not(config, task: str) -> str | None:
-    """One line on why this config is outside what the encoder serves, else None."""
+def why_not(config, task: str, trust_remote_code: bool = False) -> str | None:
+    """One line on why this config is outside what the encoder serves, else
+    None. A model with code of its own (auto_map in its config, or loaded
+    with trust_remote_code) is never the encoder's, whatever model_type it
+    declares: the encoder would train other code than the model's."""
+    if auto_map := getattr(config, "auto_map", None):
+        return (f"the model brings its own modeling code (auto_map in its config: {', '.join(auto_map)}), "
+                "which cpuddp's encoder would not run")
+    if trust_remote_code:
+        return "trust_remote_code is set: the model's own code runs, not cpuddp's encoder"
     family = FAMILY.get(getattr(config, "model_type", None))
     if family is None:
         return f"model type {getattr(config, 'model_type', '?')} is not of the BERT family ({', '.join(FAMILY)})"
