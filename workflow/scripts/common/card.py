@@ -280,9 +280,10 @@ def deployment_section(meta: dict, others: list[dict], note: str | None = None) 
     parts = [f"This folder holds {meta['label']} (from {meta['source']}/): {meta['why']} (measured on "
              f"{meta['measured_on']}). Its figures, as deploy.json records them:", _table(deployed_figures(meta))]
     if others:
-        head = ("candidate", "runtime", "precision", "samples_per_second", "speedup_vs_eager", "why not deployed")
+        keys = ("runtime", "precision", "samples_per_second", "speedup_vs_eager", "why_not")
+        head = ("candidate", *keys[:-1], "why not deployed")
         rows = [f"| {LABELS[o['candidate']]} | " + " | ".join(
-            "" if o.get(k) is None else str(o[k]) for k in head[1:]) + " |" for o in others]
+            "" if o.get(k) is None else str(o[k]) for k in keys) + " |" for o in others]
         parts += ["### Candidates not deployed", "Measured beside it on the same CPU; none of these is in this "
                   "folder.", "\n".join(["| " + " | ".join(head) + " |", "|" + "---|" * len(head), *rows])]
     if note:

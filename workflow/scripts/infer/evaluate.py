@@ -58,7 +58,9 @@ def main(argv=None) -> None:
         out = Path(args.out)
         write_json(out.with_name(f"{out.stem}_predictions.json"), predictions)
     write_json(args.out, result)
-    card.add_evaluation(args.model, tasks.for_data(config.task), result, config.data)  # model/'s final card
+    features = next(iter(load_splits(args.data).values())).features  # own data's labels: its metrics
+    task = tasks.for_data(config.task, features, config.evaluation.metric)
+    card.add_evaluation(args.model, task, result, config.data)  # model/'s final card
     print("eval: " + json.dumps(result))
 
 
