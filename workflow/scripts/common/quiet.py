@@ -14,8 +14,9 @@ import warnings
 # (category, message regex, module regex of the code the warning names, why it is silenced)
 SILENCED = (
     (FutureWarning, r"`is_gradient_checkpointing` is deprecated", r"transformers\.modeling_utils",
-     "convert_openvino: torch.jit's tracer (under OpenVINO's PyTorch frontend) reads every property of the "
-     "model, this deprecated alias in transformers among them; no cpuddp code calls it"),
+     "transformers' deprecated alias, read by peft's get_peft_model (train.lora) and by torch.jit's tracer "
+     "under OpenVINO's PyTorch frontend (convert_openvino, which reads every property of the model); no "
+     "cpuddp code calls it"),
     (Warning, r"Converting a tensor to a Python boolean might cause the trace to be incorrect",
      r"transformers\.",
      "convert_openvino: torch.jit's TracerWarning on transformers' attention-mask code, traced at one shape; "
