@@ -57,7 +57,7 @@ def check_model_card(folder, run: dict) -> None:
     """model/'s card against summary.json: the packaged model by its Hub id, the evaluation's metrics,
     the data, the step that became the model."""
     card = cards.load(folder)
-    metrics = {k: v for k, v in run["eval"]["fp32"].items() if k in tasks.get_task(run["task"]).metrics}
+    metrics = {k: v for k, v in run["eval"]["fp32"].items() if k in tasks.get_task(run["deploy"]["task"]).metrics}
     assert card.data.base_model == "sentence-transformers/all-MiniLM-L6-v2", card.data.base_model
     assert {r.metric_type: r.metric_value for r in card.data.eval_results} == metrics and metrics
     assert {k: cards.number(v) for k, v in cards.pairs(card.text, "Evaluation").items()} == metrics
