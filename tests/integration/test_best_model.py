@@ -15,6 +15,7 @@ import torch
 import yaml
 from safetensors.torch import load_file
 
+from helpers import cards
 from helpers.faults import RUN
 from helpers.workflow import snakemake, tiny_experiment, write_config
 
@@ -59,6 +60,9 @@ def test_the_best_checkpoint_is_the_model_and_survives_a_kill(tmp_path, tiny_mod
     saved = {digest(t) for t in load_file(tmp_path / RUN / "model" / "model.safetensors").values()}
     assert saved <= {digest(t) for t in best.values()}
     assert not saved <= {digest(t) for t in later.values()}  # not the later state
+    run = cards.pairs(cards.load(tmp_path / RUN / "model").text, "Training run")  # the card says which step
+    assert (run["model_from_step"], run["steps_trained"]) == ("3", "12")
+    assert run["chosen_by"] == f"train.best_model: best f1 (max) {evaluation['best_value']}"
     log = (tmp_path / RULE_LOG).read_text()
     assert "the model is the best evaluated one: step-00000003" in log
     assert not checkpoints.exists()

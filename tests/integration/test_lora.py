@@ -16,6 +16,7 @@ import torch
 import yaml
 from safetensors.torch import load_file
 
+from helpers import cards
 from helpers.workflow import REPO, snakemake, write_config
 
 EXPERIMENT = "demo-lora"
@@ -73,6 +74,10 @@ def test_lora_trains_adapters_merges_and_resumes_exactly(tmp_path, tiny_model_di
             continue  # the head: new, and trained in full
         assert inner in base, name
         assert torch.equal(tensor, base[inner]) != inner.endswith(CHANGED), name  # only the adapted ones moved
+    for folder in ("model", "deploy"):  # both cards say how it was trained
+        shown = cards.pairs(cards.load(reference / RUN / folder).text, "LoRA")
+        assert (shown["r"], shown["alpha"], shown["dropout"]) == ("4", "8", "0.1"), folder
+        assert (shown["target_modules"], shown["saved"]) == ("query, value", "adapters merged into the model")
     model = AutoModelForSequenceClassification.from_pretrained(reference / RUN / "model").eval()
     assert not [n for n, _ in model.named_modules() if "lora_" in n]
 
@@ -95,5 +100,9 @@ def test_lora_trains_adapters_merges_and_resumes_exactly(tmp_path, tiny_model_di
     unmerged = AutoModelForSequenceClassification.from_pretrained(folder).eval()
     ids = torch.randint(1000, 2000, (2, 12), generator=torch.Generator().manual_seed(0))
     assert torch.allclose(logits(unmerged, ids), logits(model, ids), atol=1e-5)
+    card = cards.load(folder)  # peft's own README.md replaced by cpuddp's, with the evaluation's metrics
+    assert cards.pairs(card.text, "LoRA")["saved"] == "peft adapter folder over the base model"
     evaluated = json.loads((broken / RUN / "eval_fp32.json").read_text())
+    assert {r.metric_type: r.metric_value for r in card.data.eval_results} == {
+        k: evaluated[k] for k in ("accuracy", "f1")}
     assert evaluated and (broken / f"logs/evaluate_fp32/{EXPERIMENT}/default.log").exists()

@@ -91,8 +91,10 @@ def test_deploy_holds_the_fastest_model_that_meets_the_gates(quantized_run):
     # the BERT family's run (test_architectures.py runs the others)
     saved = json.loads((work / "results/tiny/default/model/config.json").read_text())
     assert saved["model_type"] == "bert" and saved["id2label"] == {"0": "not_equivalent", "1": "equivalent"}
-    trained = ModelCard.load(work / "results/tiny/default/model/README.md")  # written at save time
-    assert trained.data.base_model == deployed.data.base_model and trained.data.eval_results is None
+    trained = ModelCard.load(work / "results/tiny/default/model/README.md")  # written at save time, then evaluated
+    assert trained.data.base_model == deployed.data.base_model
+    assert {r.metric_type: r.metric_value for r in trained.data.eval_results} == {
+        k: evals["fp32"][k] for k in ("accuracy", "f1")}
 
 
 def test_artifact_is_verified_and_int8(quantized_run):

@@ -38,14 +38,16 @@ def stage_config(stage: str, config: dict) -> dict:
                                 "train": pick(config["train"], *STAGE_SUBKEYS["environment"]["train"])},
         "train": lambda: {**local, "train": config["train"], "distributed": config["distributed"],
                           "evaluation": train_evaluation(config), **train_report(config)},
-        "evaluate": lambda: {"task": config["task"], "evaluation": config["evaluation"]},
+        # data: model/'s card names what it was trained and evaluated on (evaluate_fp32 completes it).
+        "evaluate": lambda: {"task": config["task"], "data": data_slice(config), "evaluation": config["evaluation"]},
         "convert": lambda: {"task": config["task"]},
         "quantize": lambda: {"task": config["task"], "quantization": {
             k: v for k, v in config["quantization"].items() if k not in GATES}},
         "runtimes": lambda: {"task": config["task"], "evaluation": config["evaluation"],
                              "quantization": pick(config["quantization"], "enabled", *GATES)},
         # The model card's facts (the model as configured, not its local copy) and where to push.
-        "deploy": lambda: {**pick(config, "experiment", "task", "model"), "train": config["train"],
+        "deploy": lambda: {**pick(config, "experiment", "task", "model"), "data": data_slice(config),
+                           "train": config["train"],
                            "deploy": config.get("deploy") or {}},
     }
     if stage not in slices:

@@ -109,10 +109,12 @@ def run_cli(main, argv=None) -> None:
     """Run a step's main(); known failures end in one line, exit code 1.
     A rule's log gets no terminal escape codes (common/plain.py)."""
     from workflow.scripts import program_loaded
+    from workflow.scripts.common import quiet
     from workflow.scripts.common.plain import plain_when_logged
 
     program_loaded()
     plain_when_logged()
+    quiet.install()  # third-party warnings no user can act on, each with its reason
     try:
         main(argv)
     except Preempted as err:

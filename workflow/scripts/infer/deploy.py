@@ -114,13 +114,42 @@ def load_deployed(path, threads: int | None = None):
     return model, tokenizer
 
 
-def deploy_card(config: DeployView, environment: dict, evaluation: dict, name: str):
-    """meta -> the deployed folder's ModelCard: the chosen model's metrics, the run, the CPU, the int8 figures."""
+def not_deployed(evaluation: dict, chosen: str) -> list[dict]:
+    """The candidates measured beside the deployed one, and why each is not it; a candidate that was
+    never made (not converted, not quantized) with the reason."""
+    entries = evaluation.get("eval") or {}
+    rows = []
+    for name in policy.CANDIDATES:
+        entry = entries.get(name)
+        if name == chosen or (entry is None and "eval" not in evaluation):
+            continue
+        if entry is None:
+            dropped = (evaluation.get("dropped") or {}).get(name)
+            reason = (evaluation.get("quantization") or {}).get("reason") if name == "int8" else None
+            why = f"not converted: {dropped}" if dropped else f"not made: {reason or 'not quantized'}"
+            rows.append({"candidate": name, "why_not": why})
+            continue
+        rows.append({"candidate": name, **{k: entry.get(k) for k in ("runtime", "precision", "samples_per_second",
+                                                                    "speedup_vs_eager")},
+                     "why_not": policy.why_not(entry, chosen, entries[chosen])})
+    return rows
+
+
+def deploy_card(config: DeployView, environment: dict, evaluation: dict, name: str, model_dir=None):
+    """meta -> the deployed folder's ModelCard: the deployed artifact's figures and metrics (deploy.json's),
+    the candidates not deployed and why, the data, and the training as model/'s card tells it (LoRA as
+    trained, the step that became the model), the CPU."""
+    trained = model_card.read_sections(model_dir, (model_card.LORA_TITLE, model_card.RUN_TITLE))
+
     def make(meta: dict):
-        body = model_card.text(name, config.train.as_dict(), model_card.run_facts(environment), environment,
-                               model_card.git_commit(), model_card.int8_section(evaluation, meta))
         task = tasks.for_data(config.task)
-        return model_card.make_card(config.model, task, name, meta["metrics"], body)
+        note = (evaluation.get("quantization") or {}).get("note")
+        section = model_card.deployment_section(meta, not_deployed(evaluation, meta["candidate"]), note)
+        body = model_card.text(name, config.train.as_dict(), model_card.run_facts(environment), environment,
+                               model_card.git_commit(), section, data=model_card.data_section(task, config.data))
+        for title, content in trained.items():
+            body = model_card.replace_section(body, title, content, before=model_card.HARDWARE_TITLE)
+        return model_card.make_card(config.model, task, name, meta["metrics"], body, config.data)
     return make
 
 
@@ -145,7 +174,7 @@ def main(argv=None) -> None:
     folders = {name: getattr(args, name) for name in policy.FOLDERS}
     config, evaluation = step.read_view(args, DeployView), read_json(args.evaluation)
     name = f"{config.experiment or 'cpuddp'}-{Path(args.out).resolve().parent.name}"  # <experiment>-<run>
-    card = deploy_card(config, read_json(args.environment), evaluation, name)
+    card = deploy_card(config, read_json(args.environment), evaluation, name, folders.get("fp32"))
     meta = deploy(evaluation, folders, args.out, config.task, card)
     print(f"deploy: {args.out} holds {meta['label']} ({meta['why']}) {meta['measured_on']}")
     print("deploy: " + json.dumps(meta), file=sys.stderr)

@@ -1,7 +1,10 @@
 """Evaluation step (evaluate_fp32): the task's metrics, samples/s and batch-1
 latency of the fine-tuned model in eager PyTorch, as the run decided it
 (precision, IPEX). The OpenVINO fp32 and int8 models are measured beside it
-by runtimes.py (evaluate_runtimes).
+by runtimes.py (evaluate_runtimes). The evaluated folder's model card
+(README.md) then gets these metrics and the data: a file of the train
+rule's folder that Snakemake does not time (it reads the folder's
+.snakemake_timestamp), so nothing reruns for it.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer
 
-from workflow.scripts.common import tasks
+from workflow.scripts.common import card, tasks
 
 from workflow.scripts.settings import step
 
@@ -55,6 +58,9 @@ def main(argv=None) -> None:
         out = Path(args.out)
         write_json(out.with_name(f"{out.stem}_predictions.json"), predictions)
     write_json(args.out, result)
+    features = next(iter(load_splits(args.data).values())).features  # own data's labels: its metrics
+    task = tasks.for_data(config.task, features, config.evaluation.metric)
+    card.add_evaluation(args.model, task, result, config.data)  # model/'s final card
     print("eval: " + json.dumps(result))
 
 

@@ -87,3 +87,17 @@ def choose_deploy(candidates: dict[str, dict | None]) -> tuple[str, str]:
     if left_out:
         why += f"; not eligible: {', '.join(left_out)}"
     return best, why
+
+
+def why_not(entry: dict, chosen: str, chosen_entry: dict) -> str:
+    """Why a measured candidate is not the deployed one `chosen`: the gate it
+    failed (as `eligible` judges), else that it is not faster."""
+    if not entry.get("samples_per_second"):
+        return "not measured"
+    if entry.get("recommended") is False:  # int8's verdict names the gate it failed
+        return entry.get("recommendation") or "not recommended"
+    if not entry.get("meets_accuracy_gate", True):
+        drops = entry.get("accuracy_drop_points")
+        return "more than quantization.max_accuracy_drop behind eager fp32" + (f" (drops {drops})" if drops else "")
+    return (f"not faster: {entry['samples_per_second']:g} samples/s against {LABELS[chosen]}'s "
+            f"{chosen_entry['samples_per_second']:g}")

@@ -42,13 +42,13 @@ STAGE_KEYS = {
     "tokenize": ("task", "model", "trust_remote_code", "train"),
     "environment": ("distributed", "train"),
     "train": ("task", "model", "trust_remote_code", "train", "distributed", "evaluation", "report"),
-    "evaluate": ("task", "evaluation"),
+    "evaluate": ("task", "data", "evaluation"),  # data: the model card names the files
     "convert": ("task",),
     "quantize": ("task", "quantization"),
     "runtimes": ("task", "evaluation", "quantization"),
     "plan": ("task", "model", "trust_remote_code", "experiment", "published", "sweep", "plan", "train",
              "distributed"),
-    "deploy": ("experiment", "task", "model", "train", "deploy"),
+    "deploy": ("experiment", "task", "data", "model", "train", "deploy"),
 }
 
 

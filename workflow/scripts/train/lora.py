@@ -74,6 +74,15 @@ def is_wrapped(model) -> bool:
     return isinstance(model, PeftModel)
 
 
+def described(model, lora) -> dict | None:
+    """train.lora as trained, for the model card: r, alpha, dropout, the modules that got adapters (auto
+    resolved), merged or not. Call before `saved` merges them away."""
+    if lora is None or not is_wrapped(model):
+        return None
+    return {"r": lora.r, "alpha": lora.alpha, "dropout": lora.dropout, "merge": lora.merge,
+            "target_modules": sorted(model.peft_config["default"].target_modules)}
+
+
 def saved(model, lora):
     """What save_pretrained writes: the adapters merged into a plain
     transformers model (merge true, in place: call after the last

@@ -180,9 +180,11 @@ def save_results(job: Job, env: DistEnv, progress: Progress, t: TrainingState, t
     cfg, decisions, out_dir = job.cfg, job.decisions, job.out_dir
     record = {**metrics_record(cfg, decisions, env, progress, t, gathered), "evaluation": evaluation}
     model = intel.plain_model(t.model) if decisions.ipex else t.saved_model()  # fp32, not bf16
+    adapters = lora.described(t.model, cfg.train.lora)  # the card's LoRA table, before merging
     model = lora.saved(model, cfg.train.lora)  # train.lora: merged (default) or peft's adapter folder
     save_model(model, tokenizer, out_dir / "model")
-    card.write_train_card(out_dir / "model", cfg, decisions, hardware.cpu_summary())  # README.md
+    card.write_train_card(out_dir / "model", cfg, decisions, hardware.cpu_summary(), evaluation, progress.step,
+                          adapters)  # README.md
     write_json(out_dir / "train_metrics.json", record)
     log.info(f"done: {progress.step} steps in {progress.seconds:.1f}s, "
              f"{record['train_samples_per_second']:.1f} samples/s, final loss {record['final_loss']:.4f}, "

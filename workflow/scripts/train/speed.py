@@ -32,6 +32,7 @@ training (`buffers_change`).
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, field
 
 import torch
@@ -58,6 +59,17 @@ def buffers_change(model) -> bool:
     statistics), so that DDP must broadcast rank 0's before each forward."""
     return any(isinstance(m, torch.nn.modules.batchnorm._NormBase) and m.track_running_stats
                for m in model.modules())
+
+
+def buffer_sync(model) -> dict:
+    """DDP's keyword for `buffers_change`: torch 2.13 deprecates broadcast_buffers for
+    forward_sync_buffers (which still syncs buffers once at init: harmless, every rank
+    loads the same weights); the Intel env's torch 2.8 knows only broadcast_buffers."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    key = "forward_sync_buffers" if "forward_sync_buffers" in inspect.signature(DistributedDataParallel).parameters \
+        else "broadcast_buffers"
+    return {key: buffers_change(model)}
 
 
 @dataclass

@@ -239,7 +239,7 @@ def build(cfg: TrainView, decisions: RunDecisions, data_dir: str, env: DistEnv, 
     comm = CommTimer(cfg.distributed.gradient_compression, rows_of=parts.rows_of, touched=parts.pool,
                      node=parts.node)
     ddp_model = DDP(model, gradient_as_bucket_view=True, bucket_cap_mb=cfg.distributed.bucket_cap_mb,
-                    broadcast_buffers=speed.buffers_change(model))
+                    **speed.buffer_sync(model))
     ddp_model.register_comm_hook(comm, CommTimer.hook)
     log.info(f"{len(split)} training features, {len(sampler)} steps per epoch, {steps} steps, "
              f"global batch {sampler.global_size} = {train_cfg.batch_size} per rank x {env.world_size} ranks "
