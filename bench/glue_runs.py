@@ -37,7 +37,10 @@ import tempfile
 import time
 from pathlib import Path
 
+import torch
+
 from bench import real_lengths, train_bench
+from bench.step_profile import matmul_peak_gflops
 from workflow.helpers.snakemake_env import prepare_job_environment
 from workflow.scripts.probes import hardware
 from workflow.scripts.settings import config as cfg
@@ -94,7 +97,7 @@ def spread(values: list[float]) -> str:
     return f"median {statistics.median(values):.2f} (min {min(values):.2f}, max {max(values):.2f})"
 
 
-def run_task(work: Path, model: str, task: str, rounds: int, size: int | None, bf16: bool) -> dict:
+def run_task(work: Path, model: str, task: str, rounds: int, size: int | None, bf16: bool, peak: float) -> dict:
     n = train_size(task, size)
     data = train_bench.prepare(work, model, n_train=n, n_dev=256, task=task)
     print(f"{real_lengths.FILE_KEYS[task]}: {n} examples, {train_bench.length_summary(data)}; global batch "
@@ -115,9 +118,14 @@ def run_task(work: Path, model: str, task: str, rounds: int, size: int | None, b
               flush=True)
     best_trainer = [max(v for v in r["trainer"].values() if v) for r in rows]
     ratios = [r["ratio"] for r in rows]
+    useful = train_bench.useful_flops_per_sample(model, data) * statistics.median(r["cpuddp"]["sps"] for r in rows)
+    print(f"  useful work of cpuddp (6 x non-embedding parameters x real tokens, plus attention): "
+          f"{useful / 1e9:.0f} GFLOP/s, {100 * useful / 1e9 / (2 * peak):.0f}% of two cores' matmul peak "
+          f"({peak:.0f} GFLOP/s a core, measured in this run)", flush=True)
     print(f"  over {rounds} rounds: Trainer at its best {spread(best_trainer)}; cpuddp "
           f"{spread([r['cpuddp']['sps'] for r in rows])} samples/s; ratio {spread(ratios)}x", flush=True)
-    return {"examples": n, "global_batch": GLOBAL_BATCH[task], "rounds": rows,
+    return {"examples": n, "global_batch": GLOBAL_BATCH[task], "rounds": rows, "useful_gflops": useful / 1e9,
+            "peak_gflops_per_core": peak,
             "ratio_median": statistics.median(ratios), "ratio_min": min(ratios), "ratio_max": max(ratios)}
 
 
@@ -135,10 +143,15 @@ def main() -> None:
     print(f"CPU {hardware.cpu_tag(cpu)}; {time.strftime('%Y-%m-%d %H:%M')}; python -m bench.glue_runs "
           f"{' '.join(sys.argv[1:])}; the Trainer in {'bf16' if bf16 else 'fp32'}", flush=True)
     model = cfg.resolve_model(train_bench.MODEL)
+    from transformers import AutoConfig
+
+    shape = AutoConfig.from_pretrained(model)
+    peak = matmul_peak_gflops(shape.hidden_size, shape.intermediate_size, torch.bfloat16 if bf16 else torch.float32)
+    print(f"one-thread {'bf16' if bf16 else 'fp32'} matmul peak at MiniLM's FFN shape: {peak:.0f} GFLOP/s", flush=True)
     results = {"cpu": hardware.cpu_tag(cpu), "tasks": {}}
     with tempfile.TemporaryDirectory(prefix="cpuddp-glue-runs-") as tmp:
         for task in args.tasks.split(","):
-            results["tasks"][task] = run_task(Path(tmp) / task, model, task, args.rounds, args.train_size, bf16)
+            results["tasks"][task] = run_task(Path(tmp) / task, model, task, args.rounds, args.train_size, bf16, peak)
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n")
 

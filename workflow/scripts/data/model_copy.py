@@ -7,23 +7,7 @@ with the Hub offline, so compute nodes need no internet.
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
-
-
-def is_hub_id(model: str) -> bool:
-    """A Hub id such as distilbert-base-uncased: not a folder here."""
-    return not Path(model).is_dir()
-
-
-def model_key(model: str) -> str:
-    """A folder name for a Hub id (org/name -> org--name)."""
-    return re.sub(r"[^A-Za-z0-9._-]+", "--", model)
-
-
-def fetched_dir(experiment: str, model: str) -> str:
-    """Where a Hub model is fetched to: once per experiment and model, shared by every run of a sweep."""
-    return f"results/{experiment}/data/models/{model_key(model)}"
+from workflow.scripts.settings.model_id import fetched_dir, is_hub_id, model_key  # noqa: F401 (this module's names)
 
 
 def local_model(config: dict) -> str:

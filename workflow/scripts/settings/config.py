@@ -23,8 +23,7 @@ from workflow.scripts.settings import sweep as sweeps
 from workflow.scripts.settings.hostfile import check_nodes
 from workflow.scripts.settings.adapters import lora_problem
 from workflow.scripts.settings.layers import coerce
-from workflow.scripts.settings.model_id import is_hub_id_form
-from workflow.scripts.data.model_copy import fetched_dir, is_hub_id
+from workflow.scripts.settings.model_id import fetched_dir, is_hub_id, is_hub_id_form
 from workflow.scripts.settings.schema import SCHEMA
 from workflow.scripts.settings.recipe import RecipeError, apply_required_threads, with_task_defaults
 from workflow.scripts.common.tasks import formats_for, get_task
