@@ -84,7 +84,7 @@ def test_ddp_broadcasts_buffers_only_where_one_changes():
 def test_auto_picks_by_the_stated_rule_and_settings_win():
     chosen, why = levers.choose(levers.Levers())
     assert chosen == levers.Levers("fast", 16, "eager", "rows", "first_token", "reuse", "fp32", "drop", "shm",
-                                   "one_pass", "hash", "keep", "fused")
+                                   "one_pass", "hash", "keep")
     assert "auto" in why["dropout"]
     # the plan models the dense all-reduce across nodes
     across, why = levers.choose(levers.Levers(), levers.Context(nodes=3))
@@ -93,7 +93,7 @@ def test_auto_picks_by_the_stated_rule_and_settings_win():
     assert levers.choose(rows, levers.Context(nodes=3))[0].embedding_allreduce == "rows"
     assert levers.choose(levers.Levers(), levers.Context(compression="bf16"))[0].embedding_allreduce == "dense"
     off = levers.Levers("torch", 32, "sdpa", "dense", "all", "torch", "torch", "keep", "backend", "torch", "stored",
-                       "system", "separate")
+                       "system")
     assert levers.choose(levers.all_off())[0] == off
     exact = levers.exact_only()  # the reference of the accuracy judge: inexact levers off, the rest auto
     assert exact.dropout_bits == 32 and exact.dropout == "auto" and levers.choose(exact)[0].dropout == "fast"

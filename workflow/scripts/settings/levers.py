@@ -127,10 +127,6 @@ RULES: dict[str, Rule] = {
     "allocator": Rule("system", _always("keep", "both model codes: glibc's malloc keeps what a rank frees for the "
                                                 "next step instead of faulting fresh, zeroed pages in every step "
                                                 "(exact)")),
-    "projections": Rule("separate", _always("fused", "cpuddp's encoder computes each layer's query, key and value "
-                                                     "in one matmul (one larger kernel instead of three small ones "
-                                                     "at GLUE's short lengths); transformers' models keep theirs"),
-                        exact=False),
 }
 
 

@@ -133,7 +133,7 @@ SHARED = {"embedding_allreduce": _embedding_allreduce, "allreduce": _allreduce,
           "allocator": lambda model, value, parts: allocator.keep_freed()}
 TRANSFORMERS = {"attention": _attention, "dropout": _dropout, "dropout_bits": _off(UNDRAWN), "optimizer": _off(INEXACT),
                 "dropout_mask": _off(INEXACT), "last_layer": _off(PATCHING), "padding": _off(PATCHING),
-                "embedding_grad": _off(PATCHING), "softmax": _off(PATCHING), "projections": _off(PATCHING), **SHARED}
+                "embedding_grad": _off(PATCHING), "softmax": _off(PATCHING), **SHARED}
 
 
 def _encoder_last_layer(model: PackedModel, value, parts: Parts) -> str:
@@ -153,12 +153,6 @@ def _encoder_dropout_mask(model: PackedModel, value, parts: Parts) -> str:
     return "on (hash)" if model.encoder.kernel is not None else f"off: {model.choices.get('dropout')}"
 
 
-def _encoder_projections(model: PackedModel, value, parts: Parts) -> str:
-    for layer in model.encoder.layers:
-        layer.fused_projections = value == "fused"
-    return f"on ({value})" if value == "fused" else f"off ({value})"
-
-
 # cpuddp's encoder: the shared levers and one_pass, each put in place or off with why.
 ON_ENCODER = {**SHARED, "optimizer": _optimizer}
 # cpuddp's encoder: every value, each the status it reports (its build chose dropout and the last layer).
@@ -168,7 +162,7 @@ ENCODER = {"attention": lambda m, v, p: "built in: packed attention on real toke
            "dropout": lambda m, v, p: f"built in: {m.choices.get('dropout')}",
            "dropout_bits": lambda m, v, p: "off: the encoder's masks are the hash kernel's (16 bits) or torch's",
            "dropout_mask": _encoder_dropout_mask, "last_layer": _encoder_last_layer,
-           "embedding_grad": _encoder_embedding_grad, "projections": _encoder_projections}
+           "embedding_grad": _encoder_embedding_grad}
 
 
 def _status(put, model, value, parts: Parts, off) -> str:

@@ -91,23 +91,6 @@ class Layer(nn.Module):
         self.heads, self.scaling = spec.heads, spec.head_size ** -0.5
         self.p_attention, self.p_attention_output, self.p = (spec.attention_dropout, spec.attention_output_dropout,
                                                              spec.hidden_dropout)
-        self.fused_projections = False
-        """Query, key and value as one matmul (train.speed.projections fused); the parameters stay three Linears."""
-
-    def projections(self, x: torch.Tensor, residual: torch.Tensor, first_token: bool):
-        """(query of `residual`, key and value of `x`): three matmuls, or one over their weights side by side
-        (two in a first-token layer, whose queries are other rows). The same products; only the order in which
-        the backward sums the three input gradients differs (one fp32 accumulation instead of three rounded)."""
-        if not self.fused_projections:
-            return self.query(residual), self.key(x), self.value(x)
-        hidden = self.key.out_features
-        if first_token:
-            weight = torch.cat((self.key.weight, self.value.weight))
-            bias = torch.cat((self.key.bias, self.value.bias))
-            return (self.query(residual), *F.linear(x, weight, bias).split(hidden, dim=1))
-        weight = torch.cat((self.query.weight, self.key.weight, self.value.weight))
-        bias = torch.cat((self.query.bias, self.key.bias, self.value.bias))
-        return F.linear(x, weight, bias).split(hidden, dim=1)
 
     def forward(self, x: torch.Tensor, packed: Packed, kernel, first_token: bool = False) -> torch.Tensor:
         """x: [rows, hidden] -> [rows, hidden], or [sequences, hidden] (each
@@ -117,9 +100,9 @@ class Layer(nn.Module):
         their gradients are zero."""
         training, tokens = self.training, packed.tokens
         residual = x.index_select(0, packed.first_rows()) if first_token else x
-        query, key, value = self.projections(x, residual, first_token)
+        query = self.query(residual)
         context = packed_attention.attention(
-            query if first_token else query[:tokens], key[:tokens], value[:tokens], packed,
+            query if first_token else query[:tokens], self.key(x)[:tokens], self.value(x)[:tokens], packed,
             self.heads, self.scaling, self.p_attention if training else 0.0, first_token, kernel)
         if not first_token:
             context = _pad_rows(context, x.shape[0])
