@@ -15,6 +15,7 @@ import pytest
 
 from helpers.workflow import BIN, REPO, write_config
 from workflow.scripts.data import demo
+from workflow.scripts.settings.model_id import fetched_dir
 
 sys.path.insert(0, str(REPO / "tests" / "netns"))
 
@@ -33,6 +34,7 @@ def profile_run(work: Path, profile: str, *args: str, check: bool = True) -> str
 def profile_experiment(work: Path, **extra) -> Path:
     data = work / "mrpc"
     demo.write_mrpc_demo(data, n_train=16, n_dev=8, seed=1)
+    (work / fetched_dir("tiny", "some/model")).mkdir(parents=True)  # fetched by an earlier run: the Hub is offline
     return write_config(work / "exp.yaml", {
         "experiment": "tiny", "task": "mrpc", "model": "some/model",
         "data": {"format": "glue_tsv", "train": str(data / "train.tsv"), "validation": str(data / "dev.tsv")},

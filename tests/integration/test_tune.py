@@ -16,13 +16,15 @@ def test_layouts_split_the_cores():
     assert tune.layouts(6) == [(1, 6), (2, 3), (3, 2), (6, 1)]
 
 
-def test_burst_config_overrides_layout_and_steps():
+def test_burst_config_overrides_layout_split_and_steps():
     config = {"distributed": {"nodes": 2, "hostfile": "h", "processes_per_node": 4, "threads_per_process": "auto"},
-              "train": {"max_steps": None, "checkpoint_every": 100, "log_every": 10}}
-    burst = tune.burst_config(config, 2, 3, 8)
+              "train": {"max_steps": None, "checkpoint_every": 100, "log_every": 10, "batch_size": 16, "epochs": 3}}
+    row = {"processes_per_node": 2, "threads_per_process": 3, "batch_size": 8, "gradient_accumulation_steps": 1}
+    burst = tune.burst_config(config, row, 8)
     assert burst["distributed"] == {"nodes": 1, "hostfile": None, "processes_per_node": 2, "threads_per_process": 3}
-    assert burst["train"]["max_steps"] == 8 and burst["train"]["checkpoint_every"] == 0
-    assert config["distributed"]["processes_per_node"] == 4  # the original is untouched
+    assert burst["train"]["batch_size"] == 8 and burst["train"]["gradient_accumulation_steps"] == 1
+    assert burst["train"]["max_steps"] == tune.WARMUP_STEPS + 8 and burst["train"]["checkpoint_every"] == 0
+    assert config["distributed"]["processes_per_node"] == 4 and config["train"]["batch_size"] == 16  # untouched
 
 
 def test_tune_target_measures_every_layout(tmp_path, tiny_model_dir):
@@ -33,8 +35,8 @@ def test_tune_target_measures_every_layout(tmp_path, tiny_model_dir):
     assert layouts == tune.layouts(result["cores"])
     assert all(r["train_samples_per_second"] > 0 for r in result["table"])
     best = max(result["table"], key=lambda r: r["train_samples_per_second"])
-    assert result["best"] == {"processes_per_node": best["processes_per_node"],
-                              "threads_per_process": best["threads_per_process"]}
+    assert result["best"] == {k: best[k] for k in ("processes_per_node", "threads_per_process", "batch_size",
+                                                   "gradient_accumulation_steps")}
     assert not (tmp_path / "results/tiny/tune/bursts").exists()  # each burst's saved model is gone
     cached = json.loads(Path(result["cache_file"]).read_text())  # what processes_per_node auto then uses
     assert cached["table"] == result["table"] and result["cached"] is False

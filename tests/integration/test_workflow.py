@@ -171,16 +171,19 @@ def test_missing_data_file_is_named(tmp_path, tiny_model_dir):
 
 
 def test_default_config_without_network_says_what_to_do(tmp_path):
-    """config.yaml downloads from the Hub: offline, one clear line."""
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
+    """config.yaml fetches its model and data from the Hub: offline, the
+    config check stops it in one last line that names the model and what to
+    do, before anything is written."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"),
+           "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
     done = subprocess.run([str(BIN / "snakemake"), "--snakefile", str(REPO / "Snakefile"), "-d", str(tmp_path),
                            "--cores", "1", "results/mrpc/data/raw"], capture_output=True, text=True, env=env,
                           timeout=300)
     assert done.returncode != 0
-    log = (tmp_path / "logs/data_load/mrpc.log").read_text()
-    last = log.strip().splitlines()[-1]
-    assert "set data.train, data.validation, data.format (format one of glue_tsv" in last  # format named too
-    assert "or run `make demo`" in last
+    last = done.stderr.strip().splitlines()[-1]
+    assert "cannot fetch 'distilbert-base-uncased'" in last and "HF_HUB_OFFLINE" in last
+    assert "`make demo` runs offline" in last
+    assert not (tmp_path / "results").exists() and not (tmp_path / "logs").exists()
 
 
 @pytest.mark.parametrize("experiment", sorted((REPO / "experiments").glob("*.yaml")), ids=lambda p: p.name)

@@ -22,7 +22,8 @@ CONFIG = {"experiment": "x", "task": "mrpc", "model": "bert-base-uncased"}
 
 @pytest.fixture
 def empty_cache(tmp_path, monkeypatch):
-    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf" / "hub"))
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))  # read when the check runs, as a user's shell sets it
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
     return tmp_path / "hf"
 
 

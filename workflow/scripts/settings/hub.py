@@ -20,7 +20,7 @@ from urllib.parse import urlparse
 
 TIMEOUT = 10  # seconds per Hub request: a firewalled host never answers
 FETCH_HINT = ("pre-fetch it where the Hub is reachable (`hf download {model}`, into the same HF_HOME) or set "
-              "model: to a local folder (see docs/clusters.md, Nodes without internet)")
+              "model: to a local folder (see docs/clusters.md, Nodes without internet); `make demo` runs offline")
 
 
 def unreachable() -> str | None:
@@ -43,7 +43,7 @@ def cached(model: str) -> bool:
     """The model's config and safetensors weights are in the local Hugging Face cache."""
     from huggingface_hub import try_to_load_from_cache
 
-    config = try_to_load_from_cache(model, "config.json")
+    config = try_to_load_from_cache(model, "config.json", cache_dir=_cache_dir())
     return isinstance(config, str) and any(Path(config).parent.glob("*.safetensors"))
 
 
@@ -57,9 +57,12 @@ def model_problem(model: str, fetched: Path) -> str | None:
 
 
 def _cache_dir() -> str:
-    from huggingface_hub import constants
-
-    return constants.HF_HUB_CACHE
+    """The Hub cache as huggingface_hub resolves it, from the environment as it is now (its constants were
+    read when it was imported, which in a long-lived process may be before HF_HOME was set)."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return os.path.expanduser(os.environ["HF_HUB_CACHE"])
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(os.path.expanduser(os.environ.get("HF_HOME") or os.path.join(cache, "huggingface")), "hub")
 
 
 def _missing_on_hub(model: str) -> str | None:
