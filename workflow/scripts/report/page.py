@@ -16,6 +16,7 @@ import base64
 import html
 from pathlib import Path
 
+from workflow.scripts.common import card
 from workflow.scripts.report.numbers import figure
 from workflow.scripts.report.tables import (environment_table, metric_names, quantization_table, summary_table,
                                             tries_table)
@@ -105,7 +106,8 @@ def render_page(summary: dict, settings: dict, envs: dict[str, dict], drawn: lis
     that say something), `page` is where it goes (the tries link log folders from there)."""
     entries = summary["runs"]
     title = html.escape(f"cpuddp: {summary['experiment']}")
-    lead = html.escape(f"{settings.get('model')} fine-tuned on {settings.get('task')}: {len(entries)} run(s). "
+    model = card.base_model(str(settings.get("model")))  # the packaged MiniLM by its Hub id, as the model card names it
+    lead = html.escape(f"{model} fine-tuned on {settings.get('task')}: {len(entries)} run(s). "
                        "Dev metrics of the validation split; deployed = what deploy/ holds.")
     tries = "".join(tries_table(e, str(page.parent)) for e in entries)
     return (f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>{title}</title>"
