@@ -1,6 +1,9 @@
 """The docs lane's check (`make docs`): every `snakemake` command in README.md
 and docs/*.md dry-runs, in a scratch folder that holds what the pages say the
-commands need (a 4-node hostfile, the SQuAD JSON files under data/squad/).
+commands need (a 4-node hostfile, the SQuAD JSON files under data/squad/, and
+the Hub models of config.yaml and the experiments in its Hugging Face cache as
+`hf download` leaves them: the Hub is offline here, and the config check
+stops a model it cannot have).
 
 A command whose recipe fixes more threads per rank than this machine has
 (the blog's 28) passes when its dry run stops at exactly that one-line
@@ -52,8 +55,35 @@ def dry_run_argv(command: str) -> list[str]:
     return argv + ["-n", "--quiet"]
 
 
+def hub_models() -> set[str]:
+    """The Hub ids that config.yaml and the experiment files train (a sweep's too)."""
+    import yaml
+
+    sys.path.insert(0, str(REPO))
+    from workflow.scripts.settings.model_id import is_hub_id_form
+
+    models = set()
+    for path in [REPO / "config.yaml", *sorted((REPO / "experiments").glob("*.yaml"))]:
+        config = yaml.safe_load(path.read_text()) or {}
+        models |= {config.get("model"), *((config.get("sweep") or {}).get("model") or [])}
+    return {m for m in models if isinstance(m, str) and not m.startswith("pkg:") and is_hub_id_form(m)}
+
+
+def cache_model(home: Path, model: str) -> None:
+    """`model`'s config and (empty) weights in the Hub cache under `home`, as `hf download` leaves them."""
+    repo = home / ".cache/huggingface/hub" / ("models--" + model.replace("/", "--"))
+    snapshot = repo / "snapshots" / ("0" * 40)
+    snapshot.mkdir(parents=True, exist_ok=True)
+    (repo / "refs").mkdir(exist_ok=True)
+    (repo / "refs/main").write_text("0" * 40)
+    (snapshot / "config.json").write_text("{}")
+    (snapshot / "model.safetensors").write_bytes(b"")
+
+
 def scratch() -> Path:
     folder = Path(tempfile.mkdtemp(prefix="doc-commands-"))
+    for model in hub_models():
+        cache_model(folder, model)
     for name in LINKED:
         (folder / name).symlink_to(REPO / name)
     for name, content in NEEDED.items():
