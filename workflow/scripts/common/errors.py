@@ -7,6 +7,11 @@ import sys
 from contextlib import contextmanager
 
 
+def first_line(err: BaseException) -> str:
+    """An exception's first line, or its type's name when it says nothing (the Hub's errors run to pages)."""
+    return (str(err).strip().splitlines() or [type(err).__name__])[0]
+
+
 class UserError(Exception):
     """Something the user must change; the message says what and how."""
 

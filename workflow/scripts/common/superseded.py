@@ -13,6 +13,7 @@ deletes it (docs/fault-tolerance.md).
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import time
 from pathlib import Path
@@ -29,7 +30,7 @@ def folder(run_dir) -> Path:
 
 def delete_command(run_dir) -> str:
     """The one command that deletes what a run keeps aside (documented)."""
-    return f"rm -rf {folder(run_dir)}"
+    return f"rm -rf {shlex.quote(str(folder(run_dir)))}"
 
 
 def listed(run_dir) -> list[str]:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from workflow.scripts.common.atomic import follow_umask
 from workflow.scripts.settings import step
-from workflow.scripts.common.errors import UserError
+from workflow.scripts.common.errors import UserError, first_line
 
 # Config, safetensors weights and tokenizer files: no pickle weights (unsafe)
 # and no TensorFlow / Flax / ONNX copies, which the ranks never read.
@@ -31,8 +31,7 @@ def download(model: str) -> Path:
     try:
         return Path(snapshot_download(model, allow_patterns=FILES))
     except Exception as err:  # offline, unknown id, gated: the hub raises many kinds
-        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
-        raise UserError(f"cannot fetch model '{model}' from the Hugging Face Hub ({first}); "
+        raise UserError(f"cannot fetch model '{model}' from the Hugging Face Hub ({first_line(err)}); "
                         + HINT.format(model=model)) from None
 
 

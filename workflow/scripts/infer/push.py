@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from workflow.scripts.common.atomic import write_json
-from workflow.scripts.common.errors import UserError
+from workflow.scripts.common.errors import UserError, first_line
 from workflow.scripts.infer.deploy import push
 from workflow.scripts.settings import step
 
@@ -35,8 +35,7 @@ def upload(folder, repo_id: str) -> str:
     try:
         return push(folder, repo_id)
     except Exception as err:  # no route, a revoked token, a full quota: the Hub raises many kinds
-        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
-        raise UserError(f"push: uploading {folder} to {repo_id} failed ({first}); the model is kept: "
+        raise UserError(f"push: uploading {folder} to {repo_id} failed ({first_line(err)}); the model is kept: "
                         f"push it later with `{later(folder, repo_id)}`") from None
 
 

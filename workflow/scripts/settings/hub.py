@@ -18,6 +18,8 @@ import socket
 from pathlib import Path
 from urllib.parse import urlparse
 
+from workflow.scripts.common.errors import first_line
+
 TIMEOUT = 10  # seconds per Hub request: a firewalled host never answers
 FETCH_HINT = ("pre-fetch it where the Hub is reachable (`hf download {model}`, into the same HF_HOME) or set "
               "model: to a local folder (see docs/clusters.md, Nodes without internet); `make demo` runs offline")
@@ -33,10 +35,6 @@ def unreachable() -> str | None:
     except OSError as err:
         return f"{host} does not resolve ({err.strerror or err}; no network?)"
     return None
-
-
-def _first_line(err: Exception) -> str:
-    return (str(err).strip().splitlines() or [type(err).__name__])[0]
 
 
 def cached(model: str) -> bool:
@@ -77,7 +75,7 @@ def _missing_on_hub(model: str) -> str | None:
     except RepositoryNotFoundError:
         return "the Hub has no such model (or it is private: log in with `hf auth login`)"
     except Exception as err:  # no route, a firewall, a proxy: many kinds
-        return f"the Hub does not answer ({_first_line(err)})"
+        return f"the Hub does not answer ({first_line(err)})"
     return None
 
 
@@ -98,7 +96,7 @@ def _cannot_write(repo_id: str) -> str | None:
     except LocalTokenNotFoundError:
         return "no Hugging Face token (set HF_TOKEN or run `hf auth login` with a write token)"
     except Exception as err:  # an invalid token (401), no route, a firewall
-        return f"the Hub refused or did not answer ({_first_line(err)})"
+        return f"the Hub refused or did not answer ({first_line(err)})"
     return None if may_write(me, repo_id) else (
         f"the token of {me.get('name', '?')} may not write to {repo_id} (make a token with write access)")
 

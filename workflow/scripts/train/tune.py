@@ -36,7 +36,7 @@ import psutil
 
 from workflow.scripts.probes import hardware
 from workflow.scripts.common.atomic import follow_umask, read_json, write_json
-from workflow.scripts.common.errors import run_cli
+from workflow.scripts.common.errors import first_line, run_cli
 from workflow.scripts.data.arrow_split import ArrowSplit
 from workflow.scripts.settings import layout
 from workflow.scripts.train import layout_memory
@@ -69,7 +69,7 @@ def measure(config: dict, data: str, work: Path) -> tuple[float | None, str | No
         metrics = run_training(config, data, work, "tuning burst")[1]
     except Exception as err:  # any failure of one layout drops that layout only
         remove_burst(work, keep="logs")
-        return None, (str(err).strip().splitlines() or [type(err).__name__])[0]
+        return None, first_line(err)
     except BaseException:
         remove_burst(work, keep="logs")
         raise
