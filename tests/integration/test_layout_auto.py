@@ -47,7 +47,7 @@ def test_auto_measures_once_then_uses_the_cache_and_a_number_wins(tmp_path, tiny
         == {(1, 8, 1), (2, 4, 1)}
     rows = {(r["processes_per_node"], r["threads_per_process"]): r["train_samples_per_second"]
             for r in record["table"]}
-    assert list(rows) == tune.layouts(record["cores"]) and all(rate > 0 for rate in rows.values())
+    assert list(rows) == layout.layouts(record["cores"]) and all(rate > 0 for rate in rows.values())
     faster = max(rows, key=rows.get)
     assert (info["processes_per_node"], info["threads_per_process"]) == faster == \
         (record["best"]["processes_per_node"], record["best"]["threads_per_process"])

@@ -7,13 +7,14 @@ from pathlib import Path
 
 from helpers.workflow import snakemake
 from helpers.workflow import tiny_experiment
+from workflow.scripts.settings import layout
 from workflow.scripts.train import tune
 
 
 def test_layouts_split_the_cores():
-    assert tune.layouts(1) == [(1, 1)]
-    assert tune.layouts(4) == [(1, 4), (2, 2), (4, 1)]
-    assert tune.layouts(6) == [(1, 6), (2, 3), (3, 2), (6, 1)]
+    assert layout.layouts(1) == [(1, 1)]
+    assert layout.layouts(4) == [(1, 4), (2, 2), (4, 1)]
+    assert layout.layouts(6) == [(1, 6), (2, 3), (3, 2), (6, 1)]
 
 
 def test_burst_config_overrides_layout_split_and_steps():
@@ -32,7 +33,7 @@ def test_tune_target_measures_every_layout(tmp_path, tiny_model_dir):
     snakemake(tmp_path, configfile, "tune")
     result = json.loads((tmp_path / "results/tiny/tune/layout.json").read_text())
     layouts = [(r["processes_per_node"], r["threads_per_process"]) for r in result["table"]]
-    assert layouts == tune.layouts(result["cores"])
+    assert layouts == layout.layouts(result["cores"])
     assert all(r["train_samples_per_second"] > 0 for r in result["table"])
     best = max(result["table"], key=lambda r: r["train_samples_per_second"])
     assert result["best"] == {k: best[k] for k in ("processes_per_node", "threads_per_process", "batch_size",

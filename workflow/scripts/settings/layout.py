@@ -94,18 +94,23 @@ def split_batch(batch_size: int, accumulation: int, ranks: int) -> tuple[int, in
     return batch, share // batch
 
 
+def layouts(cores: int) -> list[tuple[int, int]]:
+    """(ranks, threads per rank) for every rank count that divides the cores."""
+    return [(ranks, cores // ranks) for ranks in range(1, cores + 1) if cores % ranks == 0]
+
+
 def candidates(cores: int, batch_size: int, accumulation: int) -> tuple[list[dict], list[str]]:
     """Every ranks x threads split of the cores that can keep the global
     batch, with its per-rank batch and accumulation; and a line per split
     that cannot."""
     rows, dropped = [], []
-    for ranks in (r for r in range(1, cores + 1) if cores % r == 0):
+    for ranks, threads in layouts(cores):
         split_ = split_batch(batch_size, accumulation, ranks)
         if split_ is None:
-            dropped.append(f"{ranks} x {cores // ranks}: batch {batch_size} x accumulation {accumulation} "
+            dropped.append(f"{ranks} x {threads}: batch {batch_size} x accumulation {accumulation} "
                            f"does not split into {ranks} equal shares; not measured")
             continue
-        rows.append({"processes_per_node": ranks, "threads_per_process": cores // ranks,
+        rows.append({"processes_per_node": ranks, "threads_per_process": threads,
                      "batch_size": split_[0], "gradient_accumulation_steps": split_[1]})
     return rows, dropped
 

@@ -44,11 +44,6 @@ from workflow.scripts.train.loop import WARMUP_STEPS
 from workflow.scripts.train.runs import run_training
 
 
-def layouts(cores: int) -> list[tuple[int, int]]:
-    """(ranks, threads per rank) for every rank count that divides the cores."""
-    return [(ranks, cores // ranks) for ranks in range(1, cores + 1) if cores % ranks == 0]
-
-
 def burst_config(config: dict, row: dict, steps: int) -> dict:
     """The run's configuration as a burst of `row`'s layout and split of the
     global batch: WARMUP_STEPS + `steps` steps, whatever the epochs."""
