@@ -44,6 +44,7 @@ from bench.step_profile import matmul_peak_gflops
 from workflow.helpers.snakemake_env import prepare_job_environment
 from workflow.scripts.probes import hardware
 from workflow.scripts.settings import config as cfg
+from workflow.scripts.settings import layout
 
 GLOBAL_BATCH = {"mrpc": 32, "stsb": 32, "rte": 32, "sst2": 64, "cola": 64}
 DEFAULT_SIZE = {"sst2": 16384}  # else the real training count
@@ -84,13 +85,7 @@ def cpuddp_run(work: Path, model: str, data: Path, task: str, tag: str) -> dict:
             "layout": f"{best['processes_per_node']}x{best['threads_per_process']}",
             "global_batch": metrics["global_batch"], "steps": metrics["steps"],
             "allreduce_wait_share": metrics.get("allreduce_wait_share"),
-            "layout_reason": layout_line(record)}
-
-
-def layout_line(record: dict) -> str:
-    from workflow.scripts.settings import layout
-
-    return layout.reason(record)
+            "layout_reason": layout.reason(record)}
 
 
 def spread(values: list[float]) -> str:
