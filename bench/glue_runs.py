@@ -19,8 +19,10 @@ per-batch padding, its fused AdamW, find_unused_parameters off, gloo) at
 (`processes_per_node: auto` picks the layout for the same global batch,
 settings/layout.py). A round's ratio is cpuddp over the Trainer's faster
 layout of that round, so a noisy minute touches both sides of one ratio.
-It prints every run, then per side the median, min and max over rounds,
-and the ratio's median and spread; --json writes them.
+It prints every run (cpuddp's with rank 0's update split into phases, and
+its fixed cost against its cost per real token: train/step_phases.py), then
+per side the median, min and max over rounds, and the ratio's median and
+spread; --json writes them.
 
 The training counts: MRPC's 3,667 pairs (115 steps), SST-2's 67,349
 sentences (1,053 steps) unless --train-size cuts them (SST-2's default
@@ -45,6 +47,7 @@ from workflow.helpers.snakemake_env import prepare_job_environment
 from workflow.scripts.probes import hardware
 from workflow.scripts.settings import config as cfg
 from workflow.scripts.settings import layout
+from workflow.scripts.train import step_phases
 
 GLOBAL_BATCH = {"mrpc": 32, "stsb": 32, "rte": 32, "sst2": 64, "cola": 64}
 DEFAULT_SIZE = {"sst2": 16384}  # else the real training count
@@ -85,6 +88,7 @@ def cpuddp_run(work: Path, model: str, data: Path, task: str, tag: str) -> dict:
             "layout": f"{best['processes_per_node']}x{best['threads_per_process']}",
             "global_batch": metrics["global_batch"], "steps": metrics["steps"],
             "allreduce_wait_share": metrics.get("allreduce_wait_share"),
+            "step_phases": metrics["ranks"][0].get("step_phases", {"updates": 0}),
             "layout_reason": layout.reason(record)}
 
 
@@ -111,6 +115,8 @@ def run_task(work: Path, model: str, task: str, rounds: int, size: int | None, b
               f" samples/s; cpuddp {ours['sps']:.1f} ({ours['layout']}, {ours['precision']}, global batch "
               f"{ours['global_batch']}, {ours['steps']} steps): {ratio:.2f}x the Trainer's faster ({best})",
               flush=True)
+        if ours["step_phases"].get("updates"):
+            print(f"    cpuddp's rank 0 in that run: {step_phases.describe(ours['step_phases'])}", flush=True)
     best_trainer = [max(v for v in r["trainer"].values() if v) for r in rows]
     ratios = [r["ratio"] for r in rows]
     useful = train_bench.useful_flops_per_sample(model, data) * statistics.median(r["cpuddp"]["sps"] for r in rows)

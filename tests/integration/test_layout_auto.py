@@ -11,11 +11,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import yaml
 
 from helpers.workflow import snakemake, tiny_experiment, write_config
 from workflow.scripts.settings import layout
 from workflow.scripts.train import tune
+from workflow.scripts.train.step_phases import WARMUP_STEPS
 
 RUN = Path("results/tiny/default")
 TRAINED = str(RUN / "train_metrics.json")
@@ -109,3 +111,9 @@ def test_a_failed_burst_drops_its_layout_and_two_forced_layouts_train_one_recipe
     assert (two["world_size"], two["batch_size_per_rank"], two["gradient_accumulation_steps"]) == (2, 4, 1)
     assert two["global_batch"] == one["global_batch"] == 8
     assert two["steps"] == one["steps"] == 2 * one["steps_per_epoch"] and one["steps_per_epoch"] > 1
+    for rank in two["ranks"]:  # each rank's own split of its updates after the warm-up (train/step_phases.py)
+        split = rank["step_phases"]
+        assert split["updates"] == two["steps"] - WARMUP_STEPS > 0
+        assert min(split["phases"].values()) >= 0 and split["phases"]["allreduce_exposed"] > 0
+        assert sum(split["phases"].values()) == pytest.approx(split["update_seconds"], rel=0.01)
+    assert "rank 0's update: " in (tmp_path / "logs/train_ddp/tiny/default.log").read_text()

@@ -138,6 +138,7 @@ class CommTimer:
         self.last_ready = 0.0
         self.inside = self.last_inside = 0.0  # seconds in this backward's hooks, and in its last one
         self.wait_seconds = 0.0
+        self.last_waited = 0.0  # seconds the last backward waited for the all-reduce
         self.step_seconds = 0.0
         self._step_start = None
         self.buckets = 0  # hook calls
@@ -189,7 +190,7 @@ class CommTimer:
         if self._step_start is not None:
             self.step_seconds += now - self._step_start
         self._step_start = now
-        self.last_ready = 0.0
+        self.last_ready = self.last_waited = 0.0
         self.inside = self.last_inside = 0.0
         loss.backward()
         self.backwards += 1
@@ -197,6 +198,7 @@ class CommTimer:
             self.reducing_backwards += 1
             # After the last hook's start, plus what the hooks before it held the backward.
             waited = time.perf_counter() - self.last_ready + self.inside - self.last_inside
+            self.last_waited = waited
             self.wait_seconds += waited
             if self.timing:
                 self.timed["reductions"] += 1

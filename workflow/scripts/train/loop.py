@@ -19,12 +19,8 @@ from workflow.scripts.train.checkpoint import Checkpointer
 from workflow.scripts.train.evaluation import Evaluator
 from workflow.scripts.train.preempt import StopRequests
 from workflow.scripts.train.state import Progress, TrainingState
+from workflow.scripts.train.step_phases import WARMUP_STEPS
 
-# The first steps of a process that its steady rate leaves out: they build
-# oneDNN's primitives, grow the allocator's pools and make the all-reduce's
-# first connections (8-step tuning bursts that counted them read 141
-# samples/s of a run that trained at 262, issue 74).
-WARMUP_STEPS = 3
 
 
 def train_step(t: TrainingState, micro_batches: list) -> torch.Tensor:
@@ -33,18 +29,25 @@ def train_step(t: TrainingState, micro_batches: list) -> torch.Tensor:
     by their count, so the update equals that of one batch holding them all
     (the micro-batches are of equal size)."""
     total = torch.zeros(())
+    phases = t.phases
+    phases.begin(micro_batches)
     t.comm.begin_update()
     for i, batch in enumerate(micro_batches):
         last = i == len(micro_batches) - 1
         with contextlib.nullcontext() if last else t.ddp_model.no_sync(), t.autocast():
             loss = t.ddp_model(**batch).loss / len(micro_batches)
+        phases.lap("forward")
         t.comm.backward(loss)
+        phases.lap("backward", less=t.comm.last_waited)
         total += loss.detach().float()
     if t.max_grad_norm > 0:  # after the last micro-batch's all-reduce: every rank clips the same mean gradient
         tracking.keep_grad_norm(t.clip_gradients())
+        phases.lap("clip")
     t.optimizer.step()
     t.scheduler.step()
     t.optimizer.zero_grad(set_to_none=True)
+    phases.lap("optimizer")
+    phases.end()
     return total
 
 
@@ -109,7 +112,7 @@ def run_epochs(t: TrainingState, progress: Progress, checkpoints: Checkpointer, 
     start = time.perf_counter()
     while progress.step < t.total_steps and not progress.stopped_early:
         t.sampler.set_epoch(progress.epoch, start=progress.batch_in_epoch)  # the order is seeded per epoch
-        micro_batches = updates(t.loader, t.sampler.accumulation)
+        micro_batches = updates(t.phases.batches(t.loader), t.sampler.accumulation)
         for index, batches in enumerate(micro_batches, start=progress.batch_in_epoch):
             loss = train_step(t, batches)
             progress.first_step_at = progress.first_step_at or time.time()

@@ -23,6 +23,7 @@ from workflow.scripts.data.batching import DistributedLengthGroupedSampler, pack
 from workflow.scripts.train import lora, master, master_kernel, model_code, schedule, speed
 from workflow.scripts.train.master import MasterAdamW
 from workflow.scripts.train.comm import CommTimer
+from workflow.scripts.train.step_phases import StepPhases
 
 
 @dataclass
@@ -87,6 +88,8 @@ class TrainingState:
     """A checkpoint every this many updates within an epoch (0: at epoch ends only)."""
     choice: model_code.Choice = model_code.Choice("transformers", "as given")
     """Whose model code trains (train/model_code.py): the run line, the records and the fingerprint say it."""
+    phases: StepPhases = field(default_factory=StepPhases)
+    """Where this rank's updates go, phase by phase (train/step_phases.py)."""
 
     def clipped_parameters(self):
         """What gradient clipping sees: the fp32 masters' gradients under
