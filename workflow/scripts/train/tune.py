@@ -5,7 +5,10 @@ Every layout trains the same global batch (settings/layout.split_batch: the
 reference batch x accumulation, split into its ranks), so every burst
 trains the same first global batches of the same seed: the same token
 lengths, the same work. A burst is timed after its first
-loop.WARMUP_STEPS steps (train_metrics.json's steady_samples_per_second).
+loop.WARMUP_STEPS steps (train_metrics.json's steady_samples_per_second),
+and layouts are compared at the training data's mean length: each burst's
+fixed cost an update and cost a real token (rank 0's step_phases), at the
+epoch's mean tokens (a few batches are rarely the epoch's mean length).
 A layout whose memory estimate exceeds what is available
 (train/layout_memory.py), or whose burst fails, is dropped with a line;
 when none is left the run takes layout.fallback, one rank of every core.
@@ -56,20 +59,38 @@ def burst_config(config: dict, row: dict, steps: int) -> dict:
     return burst
 
 
-def measure(config: dict, data: str, work: Path) -> tuple[float | None, str | None]:
-    """(samples/s after the warm-up, None) of one short run in `work`, deleted
-    after it; a failed run: (None, its error), its logs kept. A stop
-    (SIGTERM, Ctrl-C) is no failure of the layout: it ends the tuning."""
+def at_mean_length(metrics: dict, row: dict, mean_tokens: float) -> float | None:
+    """Samples/s of `row`'s layout at updates of the epoch's mean length: the
+    burst's fixed cost and cost per real token (rank 0's step_phases, whose
+    updates wait for the other ranks) at `mean_tokens` real tokens an example
+    x the rank's batch; None without a line that gives a positive time."""
+    first = (metrics.get("ranks") or [{}])[0]
+    phases = (first.get("step_phases") if isinstance(first, dict) else None) or {}
+    if "fixed_seconds" not in phases or phases["per_token_seconds"] <= 0:
+        return None
+    per_rank = row["batch_size"] * row["gradient_accumulation_steps"]
+    seconds = phases["fixed_seconds"] + phases["per_token_seconds"] * mean_tokens * per_rank
+    return per_rank * row["processes_per_node"] / seconds if seconds > 0 else None
+
+
+def measure(config: dict, data: str, work: Path, row: dict | None = None,
+            mean_tokens: float | None = None) -> tuple[float | None, str | None, float | None]:
+    """(samples/s after the warm-up, None, samples/s at the epoch's mean
+    length or None: at_mean_length) of one short run of `row`'s layout in
+    `work`, deleted after it; a failed run: (None, its error, None), its
+    logs kept. A stop (SIGTERM, Ctrl-C) is no failure of the layout: it ends
+    the tuning."""
     try:
         metrics = run_training(config, data, work, "tuning burst")[1]
     except Exception as err:  # any failure of one layout drops that layout only
         remove_burst(work, keep="logs")
-        return None, first_line(err)
+        return None, first_line(err), None
     except BaseException:
         remove_burst(work, keep="logs")
         raise
     remove_burst(work)
-    return metrics.get("steady_samples_per_second") or metrics["train_samples_per_second"], None
+    adjusted = at_mean_length(metrics, row, mean_tokens) if row and mean_tokens else None
+    return metrics.get("steady_samples_per_second") or metrics["train_samples_per_second"], None, adjusted
 
 
 def remove_burst(work: Path, keep: str | None = None) -> None:
@@ -90,7 +111,13 @@ def remove_burst(work: Path, keep: str | None = None) -> None:
 # every layout trains the same batches, so what is left between two layouts'
 # figures besides their speed is the machine's step-to-step noise, whose
 # standard error the mean of 12 steps cuts to 1/sqrt(12), 0.29 of a step's
-# spread, at 15 steps a layout.
+# spread, at 15 steps a layout. The same batches are not the epoch's mean
+# length, though: 12 of SST-2's length-grouped batches (4 to 40 tokens a
+# sentence) ran 350-360 samples/s where the whole epoch ran 265-300, and
+# a layout pays its fixed cost an update and its cost a token in other
+# proportions (AMD EPYC, 2 cores, a token of the global batch: 1 x 2 about
+# 45 ms an update + 223 us a token, 2 x 1 47 ms + 182 us). So layouts are compared at the epoch's mean
+# length, from each burst's own fit (at_mean_length), where it has one.
 AUTO_STEPS = 12
 
 
@@ -99,21 +126,24 @@ def say(line: str) -> None:
 
 
 def timed(config: dict, data: str, steps: int, keep: Path, rows: list[dict], dropped: list[str]) -> list[dict]:
-    """The rows measured, each with its samples/s; a failed burst's layout
-    is dropped with a line (into `dropped`)."""
-    table = []
+    """The rows measured, each with its samples/s (at the epoch's mean
+    length where the burst gives a line, else the burst's own) and the
+    burst's; a failed burst's layout is dropped with a line (into `dropped`)."""
+    table, lengths = [], ArrowSplit.load(data, "train").lengths()
+    mean_tokens = sum(lengths) / len(lengths) if lengths else None
     for row in rows:
         work = Path(tempfile.mkdtemp(prefix=f"burst-{layout.split(row).replace(' ', '')}-", dir=keep))
         follow_umask(work)  # mkdtemp's 0700: a failed burst's logs stay for the team to read
-        rate, error = measure(burst_config(config, row, steps), data, work)
+        rate, error, adjusted = measure(burst_config(config, row, steps), data, work, row, mean_tokens)
         if rate is None:
             dropped.append(f"{layout.split(row)}: its burst failed ({error}); dropped")
             say(dropped[-1])
             continue
+        at_mean = "" if adjusted is None else f"; {adjusted:.2f} at the data's mean length ({mean_tokens:.1f} tokens)"
         say(f"{row['processes_per_node']} rank(s) x {row['threads_per_process']} thread(s), batch "
             f"{row['batch_size']} x accumulation {row['gradient_accumulation_steps']}: {rate:.2f} samples/s "
-            f"after {WARMUP_STEPS} warm-up steps")
-        table.append({**row, "train_samples_per_second": rate})
+            f"after {WARMUP_STEPS} warm-up steps{at_mean}")
+        table.append({**row, "train_samples_per_second": round(adjusted or rate, 3), "burst_samples_per_second": rate})
     return table
 
 
