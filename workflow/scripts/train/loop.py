@@ -22,7 +22,6 @@ from workflow.scripts.train.state import Progress, TrainingState
 from workflow.scripts.train.step_phases import WARMUP_STEPS
 
 
-
 def train_step(t: TrainingState, micro_batches: list) -> torch.Tensor:
     """One update from `accumulation` micro-batches: the gradients of every
     micro-batch but the last stay local (no_sync), and each loss is divided

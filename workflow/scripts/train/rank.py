@@ -41,6 +41,7 @@ from workflow.scripts.launch import ranks
 from workflow.scripts.launch.ranks import DistEnv
 from workflow.scripts.train import fault_point, fingerprint, lora, loop, process_group, step_phases, tracking
 from workflow.scripts.train.comm import CommTimer
+from workflow.scripts.train.step_phases import StepPhases
 from workflow.scripts.train.preempt import StopRequests
 from workflow.scripts.train.checkpoint import Checkpointer
 from workflow.scripts.train.evaluation import Evaluator
@@ -65,7 +66,7 @@ def rows_updated_share(optimizer) -> float | None:
     return round(updated / rows, 4) if rows else None
 
 
-def rank_record(env: DistEnv, model, threads: int, comm: CommTimer, optimizer=None, phases=None) -> dict:
+def rank_record(env: DistEnv, model, threads: int, comm: CommTimer, optimizer, phases: StepPhases) -> dict:
     return {
         "rank": env.rank,
         "host": socket.gethostname(),
@@ -78,7 +79,7 @@ def rank_record(env: DistEnv, model, threads: int, comm: CommTimer, optimizer=No
         **comm.counts(),
         "embedding_rows_updated_share": rows_updated_share(optimizer),
         "step_split": comm.step_split(),
-        "step_phases": phases.record() if phases else {"updates": 0},  # train/step_phases.py
+        "step_phases": phases.record(),  # train/step_phases.py
         "weights_sha256": weights_digest(model),
         "process_group": process_group.describe(),
     }
@@ -190,8 +191,8 @@ def save_results(job: Job, env: DistEnv, progress: Progress, t: TrainingState, t
     log.info(f"done: {progress.step} steps in {progress.seconds:.1f}s, "
              f"{record['train_samples_per_second']:.1f} samples/s, final loss {record['final_loss']:.4f}, "
              f"all-reduce wait {100 * record['allreduce_wait_share']:.1f}% of step time")
-    if t.phases.points:
-        log.info(f"rank 0's update: {step_phases.describe(t.phases.record())}")
+    if record["ranks"][0]["step_phases"]["updates"]:  # this rank's, as gathered
+        log.info(f"rank 0's update: {step_phases.describe(record['ranks'][0]['step_phases'])}")
 
 
 def train(cfg: TrainView, decisions: RunDecisions, data_dir: str, out_dir: Path, log_dir: str,

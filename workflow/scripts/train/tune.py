@@ -64,8 +64,7 @@ def at_mean_length(metrics: dict, row: dict, mean_tokens: float) -> float | None
     burst's fixed cost and cost per real token (rank 0's step_phases, whose
     updates wait for the other ranks) at `mean_tokens` real tokens an example
     x the rank's batch; None without a line that gives a positive time."""
-    first = (metrics.get("ranks") or [{}])[0]
-    phases = (first.get("step_phases") if isinstance(first, dict) else None) or {}
+    phases = (metrics.get("ranks") or [{}])[0].get("step_phases") or {}
     if "fixed_seconds" not in phases or phases["per_token_seconds"] <= 0:
         return None
     per_rank = row["batch_size"] * row["gradient_accumulation_steps"]
@@ -73,8 +72,8 @@ def at_mean_length(metrics: dict, row: dict, mean_tokens: float) -> float | None
     return per_rank * row["processes_per_node"] / seconds if seconds > 0 else None
 
 
-def measure(config: dict, data: str, work: Path, row: dict | None = None,
-            mean_tokens: float | None = None) -> tuple[float | None, str | None, float | None]:
+def measure(config: dict, data: str, work: Path, row: dict,
+            mean_tokens: float | None) -> tuple[float | None, str | None, float | None]:
     """(samples/s after the warm-up, None, samples/s at the epoch's mean
     length or None: at_mean_length) of one short run of `row`'s layout in
     `work`, deleted after it; a failed run: (None, its error, None), its
@@ -89,7 +88,7 @@ def measure(config: dict, data: str, work: Path, row: dict | None = None,
         remove_burst(work, keep="logs")
         raise
     remove_burst(work)
-    adjusted = at_mean_length(metrics, row, mean_tokens) if row and mean_tokens else None
+    adjusted = at_mean_length(metrics, row, mean_tokens) if mean_tokens else None
     return metrics.get("steady_samples_per_second") or metrics["train_samples_per_second"], None, adjusted
 
 
@@ -116,8 +115,9 @@ def remove_burst(work: Path, keep: str | None = None) -> None:
 # sentence) ran 350-360 samples/s where the whole epoch ran 265-300, and
 # a layout pays its fixed cost an update and its cost a token in other
 # proportions (AMD EPYC, 2 cores, a token of the global batch: 1 x 2 about
-# 45 ms an update + 223 us a token, 2 x 1 47 ms + 182 us). So layouts are compared at the epoch's mean
-# length, from each burst's own fit (at_mean_length), where it has one.
+# 45 ms an update + 223 us a token, 2 x 1 47 ms + 182 us). So layouts are
+# compared at the epoch's mean length, from each burst's own fit
+# (at_mean_length), where it has one.
 AUTO_STEPS = 12
 
 
@@ -125,12 +125,13 @@ def say(line: str) -> None:
     print(f"tune: {line}", file=sys.stderr, flush=True)
 
 
-def timed(config: dict, data: str, steps: int, keep: Path, rows: list[dict], dropped: list[str]) -> list[dict]:
-    """The rows measured, each with its samples/s (at the epoch's mean
-    length where the burst gives a line, else the burst's own) and the
-    burst's; a failed burst's layout is dropped with a line (into `dropped`)."""
-    table, lengths = [], ArrowSplit.load(data, "train").lengths()
-    mean_tokens = sum(lengths) / len(lengths) if lengths else None
+def timed(config: dict, data: str, steps: int, keep: Path, rows: list[dict], dropped: list[str],
+          mean_tokens: float | None) -> list[dict]:
+    """The rows measured, each with its samples/s (at `mean_tokens`, the
+    epoch's mean length, where the burst gives a line, else the burst's own)
+    and the burst's; a failed burst's layout is dropped with a line (into
+    `dropped`)."""
+    table = []
     for row in rows:
         work = Path(tempfile.mkdtemp(prefix=f"burst-{layout.split(row).replace(' ', '')}-", dir=keep))
         follow_umask(work)  # mkdtemp's 0700: a failed burst's logs stay for the team to read
@@ -160,13 +161,14 @@ def fitting(config: dict, rows: list[dict], dropped: list[str]) -> list[dict]:
     return kept
 
 
-def tune(config: dict, data: str, steps: int, keep: Path, cores: int | None = None) -> dict:
+def tune(config: dict, data: str, steps: int, keep: Path, cores: int | None = None,
+         mean_tokens: float | None = None) -> dict:
     cores = cores or hardware.usable_cores(hardware.cpu_summary())
     batch, accumulation = config["train"]["batch_size"], config["train"].get("gradient_accumulation_steps") or 1
     rows, dropped = layout.candidates(cores, batch, accumulation)
     for line in dropped:
         say(line)
-    table = timed(config, data, steps, keep, fitting(config, rows, dropped), dropped)
+    table = timed(config, data, steps, keep, fitting(config, rows, dropped), dropped, mean_tokens)
     one_rank = next((r["train_samples_per_second"] for r in table if r["processes_per_node"] == 1), None)
     for row in table if one_rank else []:
         row["speedup_vs_one_rank"] = round(row["train_samples_per_second"] / one_rank, 3)
@@ -177,22 +179,20 @@ def tune(config: dict, data: str, steps: int, keep: Path, cores: int | None = No
             "fallback": not table}
 
 
-def length_profile(data: str) -> dict:
-    """The training split's token lengths (layout.length_profile), part of the cache key."""
-    return layout.length_profile(ArrowSplit.load(data, "train").lengths())
-
-
 def measured_layout(config: dict, data: str, steps: int, keep: Path, folder: Path, fresh: bool = False) -> dict:
     """The layout record of this CPU model, core count and run shape: the
     cache's, else (or when `fresh`) measured now and written to the cache
     (a fallback is not: nothing was measured, the next run bursts again)."""
-    cpu = hardware.cpu_summary()
-    model, cores, shape = cpu["cpu_model"], hardware.usable_cores(cpu), layout.shape(config, length_profile(data))
+    cpu, lengths = hardware.cpu_summary(), ArrowSplit.load(data, "train").lengths()
+    # The training split's token lengths: their profile is part of the cache key, their mean where layouts meet.
+    model, cores = cpu["cpu_model"], hardware.usable_cores(cpu)
+    shape = layout.shape(config, layout.length_profile(lengths))
     path = layout.cache_file(folder, model, cores, shape)
     cached = None if fresh else layout.read_cached(path, model, cores, shape)
     if cached is not None:
         return {**cached, "cached": True, "cache_file": str(path)}
-    record = {"cpu_model": model, "shape": shape, **tune(config, data, steps, keep, cores),
+    mean_tokens = sum(lengths) / len(lengths) if lengths else None
+    record = {"cpu_model": model, "shape": shape, **tune(config, data, steps, keep, cores, mean_tokens),
               "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "cache_file": str(path)}
     if record["fallback"]:
         return {**record, "cached": False, "cache_file": None}
