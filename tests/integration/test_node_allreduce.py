@@ -78,13 +78,20 @@ def one_sum(rank: int, init: str, results: dict) -> None:
         values = torch.randn(10_001, generator=torch.Generator().manual_seed(rank)).to(torch.bfloat16)
         expected = [torch.randn(10_001, generator=torch.Generator().manual_seed(r)).to(torch.bfloat16)
                     for r in range(3)]
+        divided = values.clone()
         node.all_reduce(values)
-        results[rank] = (values, torch.equal(values, expected[0] + expected[1] + expected[2]))
+        node.all_reduce(divided, divide=3)  # DDP's mean: each rank's divided as it is copied in
+        rows = node.all_gather(torch.arange(rank * 5, dtype=torch.int64))  # rank 0 sends none
+        results[rank] = (values, torch.equal(values, expected[0] + expected[1] + expected[2])
+                         and torch.equal(divided, expected[0] / 3 + expected[1] / 3 + expected[2] / 3)
+                         and [r.tolist() for r in rows] == [[], list(range(5)), list(range(10))])
     finally:
         dist.destroy_process_group()
 
 
 def test_three_ranks_add_in_rank_order_and_agree(tmp_path):
+    """The plain sum, the sum of each rank's values divided by 3 (as
+    tensor.div_(3) rounds them), and every rank's row list, in rank order."""
     results = mp.Manager().dict()
     forked_ranks.spawn(one_sum, args=(f"file://{tmp_path / 'store'}", results), nprocs=3)
     assert all(equal for _, equal in results.values())

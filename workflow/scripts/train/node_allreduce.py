@@ -59,23 +59,47 @@ class NodeAllReduce:
         self.chunk_bytes = chunk_bytes
         self.epoch = int(self.counters[rank])
 
-    def all_reduce(self, tensor: torch.Tensor) -> torch.Tensor:
-        """Sum `tensor` (contiguous) over the node's ranks, in place."""
+    def all_reduce(self, tensor: torch.Tensor, divide: int = 1) -> torch.Tensor:
+        """Sum `tensor` (contiguous) over the node's ranks, in place; with
+        `divide`, of every rank's tensor divided by it first (DDP's mean:
+        the division is the copy into the slot, not a pass of its own, and
+        the same torch division as tensor.div_(divide))."""
         flat = tensor.view(-1)
         per_chunk = self.chunk_bytes // tensor.element_size()
         for start in range(0, flat.numel(), per_chunk):
             part = flat[start:start + per_chunk]
             nbytes = part.numel() * part.element_size()
-            self.slots[self.rank, :nbytes].view(tensor.dtype).copy_(part)
-            self._meet()
+            slot = self.slots[self.rank, :nbytes].view(tensor.dtype)
+            if divide == 1:
+                slot.copy_(part)
+            else:
+                torch.div(part, divide, out=slot)
+            self.meet()
             slots = [self.slots[r, :nbytes].view(tensor.dtype) for r in range(self.world)]
             torch.add(slots[0], slots[1], out=part)
             for slot in slots[2:]:
                 part.add_(slot)
-            self._meet()  # every rank has read every slot: they may be written again
+            self.meet()  # every rank has read every slot: they may be written again
         return tensor
 
-    def _meet(self) -> None:
+    def all_gather(self, values: torch.Tensor) -> list[torch.Tensor]:
+        """Every rank's 1-d int64 `values` (of any length up to a slot's), in rank order."""
+        slot_values = self.chunk_bytes // 8 - 1
+        if values.numel() > slot_values:
+            raise ValueError(f"all_gather: {values.numel()} values, a slot holds {slot_values}")
+        own = self.slots[self.rank].view(torch.int64)
+        own[0] = values.numel()
+        own[1:1 + values.numel()].copy_(values)
+        self.meet()
+        gathered = []
+        for r in range(self.world):
+            slot = self.slots[r].view(torch.int64)
+            gathered.append(slot[1:1 + int(slot[0])].clone())
+        self.meet()  # every rank has read every slot: they may be written again
+        return gathered
+
+    def meet(self) -> None:
+        """Wait until every rank of the node has called this as often (a barrier)."""
         self.epoch += 1
         self.counters[self.rank] = self.epoch
         spins, started = 0, None
