@@ -69,11 +69,11 @@ class NodeAllReduce:
         for start in range(0, flat.numel(), per_chunk):
             part = flat[start:start + per_chunk]
             nbytes = part.numel() * part.element_size()
-            slot = self.slots[self.rank, :nbytes].view(tensor.dtype)
+            own = self.slots[self.rank, :nbytes].view(tensor.dtype)
             if divide == 1:
-                slot.copy_(part)
+                own.copy_(part)
             else:
-                torch.div(part, divide, out=slot)
+                torch.div(part, divide, out=own)
             self.meet()
             slots = [self.slots[r, :nbytes].view(tensor.dtype) for r in range(self.world)]
             torch.add(slots[0], slots[1], out=part)
