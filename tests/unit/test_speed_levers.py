@@ -83,7 +83,7 @@ def test_ddp_broadcasts_buffers_only_where_one_changes():
 
 def test_auto_picks_by_the_stated_rule_and_settings_win():
     chosen, why = levers.choose(levers.Levers())
-    assert chosen == levers.Levers("fast", 16, "eager", "rows", "first_token", "reuse", "fp32", "drop", "shm",
+    assert chosen == levers.Levers("fast", 16, "eager", "rows", "first_token", "reuse", "direct", "fp32", "drop", "shm",
                                    "one_pass", "hash", "keep")
     assert "auto" in why["dropout"]
     # the plan models the dense all-reduce across nodes
@@ -92,8 +92,8 @@ def test_auto_picks_by_the_stated_rule_and_settings_win():
     rows = levers.Levers.of({"embedding_allreduce": "rows"})
     assert levers.choose(rows, levers.Context(nodes=3))[0].embedding_allreduce == "rows"
     assert levers.choose(levers.Levers(), levers.Context(compression="bf16"))[0].embedding_allreduce == "dense"
-    off = levers.Levers("torch", 32, "sdpa", "dense", "all", "torch", "torch", "keep", "backend", "torch", "stored",
-                       "system")
+    off = levers.Levers("torch", 32, "sdpa", "dense", "all", "torch", "copy", "torch", "keep", "backend", "torch",
+                        "stored", "system")
     assert levers.choose(levers.all_off())[0] == off
     exact = levers.exact_only()  # the reference of the accuracy judge: inexact levers off, the rest auto
     assert exact.dropout_bits == 32 and exact.dropout == "auto" and levers.choose(exact)[0].dropout == "fast"
@@ -139,6 +139,7 @@ def test_on_cpuddps_encoder_the_model_levers_are_its_own_choices(task):
     parts, status = speed.apply(model, chosen)
     assert status["padding"].startswith("built in") and status["softmax"].startswith("built in")
     assert status["embedding_grad"] == "on (reuse)" and model.encoder.grad_pool is parts.pool
+    assert status["grad_buckets"] == "on (direct)" and model.encoder.bucket_views is parts.views is not None
     assert status["last_layer"] == ("on (first_token)" if task == "classification"
                                     else "off: question answering reads every token")
     assert parts.rows_of is model.encoder.embeddings.word.weight

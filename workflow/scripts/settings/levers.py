@@ -106,6 +106,10 @@ RULES: dict[str, Rule] = {
                                                      "a table kept across steps, zeroing the rows last touched, "
                                                      "instead of a new one faulting in fresh pages every step (the "
                                                      "same gradient); transformers' models keep torch's")),
+    "grad_buckets": Rule("copy", _always("direct", "cpuddp's encoder computes its linear layers' and the word "
+                                                   "embedding's gradients straight into DDP's buckets, which "
+                                                   "torch's backward makes new and DDP copies in (the same "
+                                                   "gradients); transformers' models keep torch's")),
     "softmax": Rule("torch", _always("fp32", "fp32, as cpuddp's encoder computes it whatever this says (its "
                                              "attention's softmax in fp32, rounded once); transformers' models "
                                              "keep theirs"), exact=False),

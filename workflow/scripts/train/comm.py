@@ -42,7 +42,7 @@ def reducer(compression: str):
     return hooks[compression], None
 
 
-def allreduce_rows(bucket, table: torch.nn.Parameter, sent: list[int], touched=None, node=None):
+def allreduce_rows(bucket, table: torch.nn.Parameter, sent: list[int], touched=None, node=None, adopt=False):
     """The bucket holding the word embedding, all-reduced as the default hook
     does (divide by the world size, then sum) but sending of the embedding's
     gradient only the rows some rank touched: a batch uses a few hundred of
@@ -54,7 +54,8 @@ def allreduce_rows(bucket, table: torch.nn.Parameter, sent: list[int], touched=N
     shared-memory all-reduce, or None for the backend) gathers the rows and
     sums them and the rest of the bucket, dividing as it copies in: two gloo
     all-gathers and a division pass over the bucket had cost 1.6 and 1.8 ms
-    of a 2 x 1 MiniLM update (AMD EPYC)."""
+    of a 2 x 1 MiniLM update (AMD EPYC). `adopt`: the pool writes the
+    next step's table into this bucket's view (grad_buckets direct)."""
     world = dist.get_world_size()
     buffer, grads = bucket.buffer(), bucket.gradients()
     at = next(i for i, p in enumerate(bucket.parameters()) if p is table)
@@ -70,6 +71,8 @@ def allreduce_rows(bucket, table: torch.nn.Parameter, sent: list[int], touched=N
         if part.numel():
             mean(part, world, node)
     grads[at].index_copy_(0, rows, table_rows)
+    if adopt and touched is not None:
+        touched.adopt(grads[at], rows)
     return _done(bucket.buffer())
 
 
@@ -134,8 +137,10 @@ class CommTimer:
     """DDP comm hook state that reduces buckets and measures the wait."""
 
     def __init__(self, compression: str = "none", warmup: int = 2, rows_of: torch.nn.Parameter | None = None,
-                 touched=None, node=None):
+                 touched=None, node=None, views=None):
         self.inner, self.inner_state = reducer(compression)
+        # grad_buckets' views (train/bucket_grads.py), learnt from each bucket; None: off.
+        self.views = views
         # The node's shared-memory all-reduce (train/node_allreduce.py), or
         # None: the backend's (and every compressed bucket goes that way).
         self.node = node if compression == "none" else None
@@ -170,8 +175,11 @@ class CommTimer:
     def hook(state, bucket):  # no annotations: DDP compares them to real types
         state.last_ready = ready = time.perf_counter()
         state.buckets += 1
+        if state.views is not None:
+            state.views.learn(bucket)
         if state.rows_of is not None and any(p is state.rows_of for p in bucket.parameters()):
-            future = allreduce_rows(bucket, state.rows_of, state.rows_sent, state.touched, state.node)
+            future = allreduce_rows(bucket, state.rows_of, state.rows_sent, state.touched, state.node,
+                                    adopt=state.views is not None)
         elif state.node is not None:  # as the default hook: divide by the world size, then sum
             future = _done(mean(bucket.buffer(), dist.get_world_size(), state.node))
         else:

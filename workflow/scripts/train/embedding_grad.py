@@ -21,6 +21,13 @@ class GradPool:
         self.rows: list[torch.Tensor] = []
         self.complete = False  # rows holds every row of the gradient the step holds
 
+    def adopt(self, view: torch.Tensor, rows: torch.Tensor) -> None:
+        """Write the next step's gradient into `view`, the table's view in
+        DDP's bucket, all-reduced and non-zero in `rows` alone
+        (grad_buckets direct, train/bucket_grads.py): DDP copies no table
+        into its bucket then."""
+        self.table, self.rows, self.complete = view, [rows], False
+
     def touched_rows(self) -> torch.Tensor | None:
         """The rows this step's gradient can be non-zero in (sorted), or
         None when this pool did not see all of it."""

@@ -39,6 +39,7 @@ import torch
 from torch.nn.utils import clip_grads_with_norm_, get_total_norm
 
 from workflow.scripts.train import allocator, master_kernel, node_allreduce
+from workflow.scripts.train.bucket_grads import BucketViews
 from workflow.scripts.train.dropout import fast_dropout_modules
 from workflow.scripts.train.embedding_grad import GradPool
 from workflow.scripts.train.encoder import PackedModel
@@ -86,6 +87,8 @@ class Parts:
     """train.precision as decided (None: not known here)."""
     one_pass_optimizer: bool = False
     """The kernel of optimizer one_pass loaded: bf16_master's optimizer may take it (state.make_optimizer)."""
+    views: BucketViews | None = None
+    """grad_buckets direct: the bucket views the comm hook learns and the encoder's backward writes into."""
 
 
 def _allreduce(model, value: str, parts: Parts) -> str | None:
@@ -133,7 +136,8 @@ SHARED = {"embedding_allreduce": _embedding_allreduce, "allreduce": _allreduce,
           "allocator": lambda model, value, parts: allocator.keep_freed()}
 TRANSFORMERS = {"attention": _attention, "dropout": _dropout, "dropout_bits": _off(UNDRAWN), "optimizer": _off(INEXACT),
                 "dropout_mask": _off(INEXACT), "last_layer": _off(PATCHING), "padding": _off(PATCHING),
-                "embedding_grad": _off(PATCHING), "softmax": _off(PATCHING), **SHARED}
+                "embedding_grad": _off(PATCHING), "softmax": _off(PATCHING), "grad_buckets": _off(PATCHING),
+                **SHARED}
 
 
 def _encoder_last_layer(model: PackedModel, value, parts: Parts) -> str:
@@ -149,6 +153,14 @@ def _encoder_embedding_grad(model: PackedModel, value, parts: Parts) -> str:
     return "on (reuse)"
 
 
+def _encoder_grad_buckets(model: PackedModel, value, parts: Parts) -> str:
+    if value != "direct":
+        return f"off ({value})"
+    parts.views = BucketViews()
+    model.use_bucket_views(parts.views)
+    return "on (direct)"
+
+
 def _encoder_dropout_mask(model: PackedModel, value, parts: Parts) -> str:
     return "on (hash)" if model.encoder.kernel is not None else f"off: {model.choices.get('dropout')}"
 
@@ -162,7 +174,7 @@ ENCODER = {"attention": lambda m, v, p: "built in: packed attention on real toke
            "dropout": lambda m, v, p: f"built in: {m.choices.get('dropout')}",
            "dropout_bits": lambda m, v, p: "off: the encoder's masks are the hash kernel's (16 bits) or torch's",
            "dropout_mask": _encoder_dropout_mask, "last_layer": _encoder_last_layer,
-           "embedding_grad": _encoder_embedding_grad}
+           "embedding_grad": _encoder_embedding_grad, "grad_buckets": _encoder_grad_buckets}
 
 
 def _status(put, model, value, parts: Parts, off) -> str:

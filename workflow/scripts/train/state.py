@@ -240,7 +240,7 @@ def build(cfg: TrainView, decisions: RunDecisions, data_dir: str, env: DistEnv, 
         log.info(f"IPEX optimized the model for training ({decisions.precision}): "
                  f"{intel.ipex_modules(model)} modules replaced")
     comm = CommTimer(cfg.distributed.gradient_compression, rows_of=parts.rows_of, touched=parts.pool,
-                     node=parts.node)
+                     node=parts.node, views=parts.views)
     ddp_model = DDP(model, gradient_as_bucket_view=True, bucket_cap_mb=cfg.distributed.bucket_cap_mb,
                     **speed.buffer_sync(model))
     ddp_model.register_comm_hook(comm, CommTimer.hook)

@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from workflow.scripts.train.bucket_grads import linear
 from workflow.scripts.train.dropout_kernel import KernelDropout
 from workflow.scripts.train.encoder import attention as packed_attention
 from workflow.scripts.train.encoder.packing import Packed, bucketed_rows
@@ -54,7 +55,8 @@ class Embeddings(nn.Module):
         self.project = nn.Linear(spec.embedding, spec.hidden) if spec.embedding != spec.hidden else None
         self.p = spec.hidden_dropout
 
-    def forward(self, ids, position_ids, token_type_ids, kernel, grad_pool=None, rows: int = 0) -> torch.Tensor:
+    def forward(self, ids, position_ids, token_type_ids, kernel, grad_pool=None, rows: int = 0,
+                views=None) -> torch.Tensor:
         """[tokens, hidden], zero rows appended up to `rows` (bucketed_rows) before the projection."""
         if grad_pool is not None:  # the word embedding's gradient in a table kept across steps
             from workflow.scripts.train.embedding_grad import _ReusedGradEmbedding
@@ -67,7 +69,7 @@ class Embeddings(nn.Module):
             x = x + self.token_type(types)
         x = self.norm(x + self.position(position_ids))
         x = _pad_rows(dropout(x, self.p, self.training, kernel), rows)
-        return x if self.project is None else self.project(x)
+        return x if self.project is None else linear(self.project, x, views)
 
 
 def _pad_rows(x: torch.Tensor, rows: int) -> torch.Tensor:
@@ -92,23 +94,27 @@ class Layer(nn.Module):
         self.p_attention, self.p_attention_output, self.p = (spec.attention_dropout, spec.attention_output_dropout,
                                                              spec.hidden_dropout)
 
-    def forward(self, x: torch.Tensor, packed: Packed, kernel, first_token: bool = False) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, packed: Packed, kernel, first_token: bool = False,
+                views=None) -> torch.Tensor:
         """x: [rows, hidden] -> [rows, hidden], or [sequences, hidden] (each
         sequence's first token) with first_token; keys and values from every
         token. Rows past the packed tokens (bucketed_rows) take part in every
         row-wise op and in no attention: their outputs reach no token, so
-        their gradients are zero."""
+        their gradients are zero. `views`: bucket_grads' (None: torch's
+        backward for the linear layers)."""
         training, tokens = self.training, packed.tokens
         residual = x.index_select(0, packed.first_rows()) if first_token else x
-        query = self.query(residual)
+        query = linear(self.query, residual, views)
         context = packed_attention.attention(
-            query if first_token else query[:tokens], self.key(x)[:tokens], self.value(x)[:tokens], packed,
+            query if first_token else query[:tokens], linear(self.key, x, views)[:tokens],
+            linear(self.value, x, views)[:tokens], packed,
             self.heads, self.scaling, self.p_attention if training else 0.0, first_token, kernel)
         if not first_token:
             context = _pad_rows(context, x.shape[0])
-        attended = dropout(self.attention_output(context), self.p_attention_output, training, kernel)
+        attended = dropout(linear(self.attention_output, context, views), self.p_attention_output, training, kernel)
         attended = self.attention_norm(attended + residual)
-        out = dropout(self.ffn_out(self.act(self.ffn_in(attended))), self.p, training, kernel)
+        inner = self.act(linear(self.ffn_in, attended, views))
+        out = dropout(linear(self.ffn_out, inner, views), self.p, training, kernel)
         return self.ffn_norm(out + attended)
 
 
@@ -122,6 +128,7 @@ class Encoder(nn.Module):
         """The last layer computes the first tokens alone (False: every token, for measuring what that saves)."""
         self.kernel = None  # the hash-dropout kernel (build): None for torch's dropout
         self.grad_pool = None  # embedding_grad reuse (build): None for torch's embedding backward
+        self.bucket_views = None  # grad_buckets direct (train/bucket_grads.py): None for torch's linear backward
 
     def forward(self, ids, position_ids, token_type_ids, packed: Packed) -> torch.Tensor:
         """[tokens, hidden] for every token, or [sequences, hidden] of the first
@@ -129,11 +136,12 @@ class Encoder(nn.Module):
         the matmuls run in bf16 (oneDNN) the rows are padded to bucketed_rows
         inside, so that a few row counts recur across steps."""
         rows = bucketed_rows(packed.tokens) if _bf16_matmuls(self.layers[0].query.weight) else 0
-        x = self.embeddings(ids, position_ids, token_type_ids, self.kernel, self.grad_pool, rows)
+        views = self.bucket_views
+        x = self.embeddings(ids, position_ids, token_type_ids, self.kernel, self.grad_pool, rows, views)
         *inner, last = self.layers
         for layer in inner:
-            x = layer(x, packed, self.kernel)
-        out = last(x, packed, self.kernel, first_token=self.first_token_only)
+            x = layer(x, packed, self.kernel, views=views)
+        out = last(x, packed, self.kernel, first_token=self.first_token_only, views=views)
         if self.reads_first_tokens and not self.first_token_only:
             return out.index_select(0, packed.first_rows())
         return out if self.first_token_only else out[:packed.tokens]

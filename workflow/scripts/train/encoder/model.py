@@ -37,6 +37,10 @@ class PackedModel(nn.Module):
         """The word embedding's gradient into `pool`'s reused table (train/embedding_grad.py)."""
         self.encoder.grad_pool = pool
 
+    def use_bucket_views(self, views) -> None:
+        """The linear layers' gradients into DDP's bucket views (train/bucket_grads.py; None: torch's backward)."""
+        self.encoder.bucket_views = views
+
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None,
                 start_positions: torch.Tensor | None = None, end_positions: torch.Tensor | None = None,
