@@ -56,13 +56,14 @@ def test_same_epoch_same_order_other_epoch_other_order():
 
 
 def test_batches_are_length_grouped():
+    """The samples of one micro-step, over the ranks, have similar lengths."""
     grouped = epoch(LENGTHS, 8, 2, group_by_length=True)
     random = epoch(LENGTHS, 8, 2, group_by_length=False)
 
     def mean_spread(ranks):
-        return np.mean([np.ptp(LENGTHS[b]) for batches in ranks for b in batches])
+        return np.mean([np.ptp(LENGTHS[np.concatenate(step)]) for step in zip(*ranks)])
 
-    assert mean_spread(grouped) < 0.1 * mean_spread(random)
+    assert mean_spread(grouped) < 0.15 * mean_spread(random)  # the jitter (+-10%) spreads a group of 16
 
 
 def test_ranks_get_similar_lengths_in_a_step():
@@ -183,3 +184,30 @@ def test_accumulation_keeps_micro_steps_length_grouped_and_resumable():
     assert list(sampler) == full[15:]
     spread = np.mean([np.ptp(LENGTHS[b]) for b in full])
     assert spread < 0.1 * np.ptp(LENGTHS)
+
+
+def test_snake_dealing_gives_each_rank_one_of_every_world_adjacent_samples():
+    from workflow.scripts.data.batching import snake_positions
+
+    assert snake_positions(2, 4, 0).tolist() == [0, 3, 4, 7]
+    assert snake_positions(2, 4, 1).tolist() == [1, 2, 5, 6]
+    assert snake_positions(3, 2, 2).tolist() == [2, 3]
+    every = np.sort(np.concatenate([snake_positions(4, 7, r) for r in range(4)]))
+    assert every.tolist() == list(range(28))
+
+
+@pytest.mark.parametrize("world", [2, 4, 8])
+def test_ranks_of_an_update_hold_about_the_same_tokens(world):
+    """Every update waits for its slowest rank: dealt in snake order the
+    ranks' real tokens differ far less than contiguous slices of the
+    length-sorted global batch made them (rank 0 always the longest)."""
+    lengths = np.random.default_rng(3).integers(8, 67, size=64 * 100)  # SST-2-like spread
+    ranks = epoch(lengths, 64 // world, world)
+    tokens = np.array([[lengths[b].sum() for b in batches] for batches in ranks])  # [rank, update]
+    spread = (tokens.max(0) - tokens.min(0)) / tokens.mean(0)
+    sorted_batches = [np.sort(lengths[np.concatenate([r[k] for r in ranks])])[::-1]
+                      for k in range(tokens.shape[1])]
+    contiguous = np.array([[b[r * (64 // world):(r + 1) * (64 // world)].sum() for r in range(world)]
+                           for b in sorted_batches])
+    contiguous_spread = (contiguous.max(1) - contiguous.min(1)) / contiguous.mean(1)
+    assert np.median(spread) < 0.4 * np.median(contiguous_spread)
