@@ -211,3 +211,39 @@ def test_ranks_of_an_update_hold_about_the_same_tokens(world):
                            for b in sorted_batches])
     contiguous_spread = (contiguous.max(1) - contiguous.min(1)) / contiguous.mean(1)
     assert np.median(spread) < 0.4 * np.median(contiguous_spread)
+
+
+def tokens(batch) -> int:
+    return int(LENGTHS[batch].sum())
+
+
+@pytest.mark.parametrize("world, accumulation", [(1, 1), (2, 1), (2, 3)])
+def test_a_sampled_epoch_is_its_first_batches_then_one_at_each_quantile_of_tokens(world, accumulation):
+    """train.sample_updates: the warm-up's first batches of the epoch, then
+    `sample` of the rest spread over their real tokens, in the epoch's
+    order: their mean is the epoch's, where its first batches' is not
+    bound to be; every rank takes the same updates."""
+    full = Sampler(LENGTHS, 4, 0, world, seed=3, accumulation=accumulation)
+    sampled = Sampler(LENGTHS, 4, 0, world, seed=3, accumulation=accumulation, sample=10, warmup=3)
+    epoch_batches, picked = full.global_batches(), sampled.global_batches()
+    assert len(sampled) == len(picked) == 13
+    assert all(np.array_equal(a, b) for a, b in zip(picked[:3], epoch_batches[:3]))
+    rest = epoch_batches[3:]
+    position = [next(i for i, b in enumerate(rest) if np.array_equal(b, p)) for p in picked[3:]]
+    assert position == sorted(position)  # the epoch's order
+    ranked = sorted(tokens(b) for b in rest)
+    assert [tokens(b) for b in sorted(picked[3:], key=tokens)] == \
+        [ranked[int((i + 0.5) * len(rest) / 10)] for i in range(10)]
+    mean = np.mean([tokens(b) for b in rest])
+    assert abs(np.mean([tokens(b) for b in picked[3:]]) - mean) < 0.05 * mean
+    ranks = epoch(LENGTHS, 4, world, seed=3, accumulation=accumulation, sample=10, warmup=3)
+    assert all(len(batches) == 13 * accumulation for batches in ranks)
+    for update, batch in enumerate(picked):  # the ranks' micro-batches make up the global batch
+        held = [i for batches in ranks for b in batches[update * accumulation:(update + 1) * accumulation] for i in b]
+        assert sorted(held) == sorted(batch.tolist())
+
+
+def test_a_sample_as_long_as_the_epoch_is_the_epoch():
+    whole = Sampler(LENGTHS, 8, 0, 2)
+    assert len(Sampler(LENGTHS, 8, 0, 2, sample=len(whole), warmup=3)) == len(whole)
+    assert epoch(LENGTHS, 8, 2, sample=len(whole), warmup=3) == epoch(LENGTHS, 8, 2)

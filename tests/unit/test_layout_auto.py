@@ -35,8 +35,8 @@ def dist(ranks, threads):
 
 
 def record(**changes):
-    return {"cpu_model": "AMD EPYC 9B14", "cores": 2, "shape": SHAPE, "warmup_steps": 3, "steps": 12,
-            "table": TABLE, "dropped": [],
+    return {"cpu_model": "AMD EPYC 9B14", "cores": 2, "shape": SHAPE, "warmup_steps": 3, "steps": 24,
+            "timing": layout.TIMING, "table": TABLE, "dropped": [],
             "best": layout.pick(TABLE), "measured_at": "2026-11-26T22:00:00Z", "cache_file": "/c/x.json",
             "cached": False, **changes}
 
@@ -67,8 +67,9 @@ def test_auto_takes_the_faster_layout_and_says_why():
     chosen = layout.decide(dist("auto", "auto"), record(), cores=2)
     assert (chosen.processes_per_node, chosen.threads_per_process, chosen.source) == (2, 1, "measured")
     assert chosen.reason == ("auto: 2 x 1 (ranks x threads) at 77.3 samples/s, against 1 x 2 50.2; bursts of 3 "
-                             "warm-up + 12 timed steps at global batch 16 per node (8 per rank x 1 accumulation at "
-                             "the pick) on AMD EPYC 9B14 (2 cores); measured now, cached in /c/x.json")
+                             "warm-up + 24 timed updates sampled across the epoch's lengths at global batch 16 "
+                             "per node (8 per rank x 1 accumulation at the pick) on AMD EPYC 9B14 (2 cores); "
+                             "measured now, cached in /c/x.json")
     assert (chosen.batch_size, chosen.gradient_accumulation_steps) == (8, 1)  # the global batch kept: 16
     cached = layout.decide(dist("auto", "auto"), record(cached=True), cores=2)
     assert cached.source == "cached" and "cached (/c/x.json, measured 2026-11-26T22:00:00Z)" in cached.reason
@@ -123,6 +124,8 @@ def test_a_cache_entry_counts_only_for_its_own_key(tmp_path):
     path.write_text(json.dumps(record()))
     assert layout.read_cached(path, "AMD EPYC 9B14", 2, SHAPE)["best"]["processes_per_node"] == 2
     assert layout.read_cached(path, "AMD EPYC 9B14", 4, SHAPE) is None
+    path.write_text(json.dumps({k: v for k, v in record().items() if k != "timing"}))
+    assert layout.read_cached(path, "AMD EPYC 9B14", 2, SHAPE) is None  # timed on the first batches: again
 
 
 def test_one_burst_per_cpu_and_shape_then_the_cache(monkeypatch, tmp_path):
@@ -133,7 +136,7 @@ def test_one_burst_per_cpu_and_shape_then_the_cache(monkeypatch, tmp_path):
     def run_training(config, data, work, what):
         train = config["train"]
         bursts.append((config["distributed"]["processes_per_node"], train["batch_size"],
-                       train["gradient_accumulation_steps"], train["max_steps"]))
+                       train["gradient_accumulation_steps"], train["sample_updates"]))
         return {}, {"train_samples_per_second": 1.0, "steady_samples_per_second": {1: 10.0, 2: 30.0}[bursts[-1][0]]}
 
     monkeypatch.setattr(tune, "run_training", run_training)
@@ -141,8 +144,8 @@ def test_one_burst_per_cpu_and_shape_then_the_cache(monkeypatch, tmp_path):
     config = {"task": "mrpc", "model": "m", "distributed": raw("auto", "auto"),
               "train": {"batch_size": 8, "max_seq_length": 64, "precision": "fp32"}}
     first = tune.measured_layout(config, data, 4, tmp_path, tmp_path / "cache")
-    # one global batch for both layouts (8 = 8 x 1 = 4 x 2), timed after the warm-up steps
-    assert bursts == [(1, 8, 1, 3 + 4), (2, 4, 1, 3 + 4)] and first["cached"] is False and first["steps"] == 4
+    # one global batch for both layouts (8 = 8 x 1 = 4 x 2), 4 updates sampled after the warm-up
+    assert bursts == [(1, 8, 1, 4), (2, 4, 1, 4)] and first["cached"] is False and first["steps"] == 4
     assert first["best"] == {"processes_per_node": 2, "threads_per_process": 1, "batch_size": 4,
                              "gradient_accumulation_steps": 1}
     assert first["warmup_steps"] == 3 and first["shape"]["lengths"] == {"mean": 5.7, "p10": 3, "p50": 5, "p90": 9,

@@ -140,32 +140,24 @@ def test_a_sigterm_during_tuning_deletes_the_bursts_too(monkeypatch, tuning):
     assert not calls[0].exists() and sorted(p.name for p in calls[1].iterdir()) == ["logs"]
 
 
-def phased(fixed: float, per_token: float) -> dict:
-    """A burst's train_metrics with rank 0's fit of its updates (train/step_phases.py)."""
-    return {"train_samples_per_second": 1.0, "steady_samples_per_second": 500.0,
-            "ranks": [{"step_phases": {"updates": 12, "fixed_seconds": fixed, "per_token_seconds": per_token}}]}
+def test_each_burst_times_a_sample_of_the_epoch_s_lengths_at_its_split(monkeypatch, tuning, capsys):
+    """Every burst is one epoch of the warm-up and AUTO_STEPS updates sampled
+    across the data's lengths (train.sample_updates), at its layout's split
+    of the same global batch; its steady rate is the layout's figure."""
+    argv, out = tuning
+    seen = []
 
+    def run_training(config, data, work, what):
+        seen.append((config["distributed"]["processes_per_node"], config["train"]))
+        return {}, {"train_samples_per_second": 1.0, "steady_samples_per_second": 100.0 * len(seen)}
 
-def test_layouts_are_compared_at_the_data_s_mean_length(monkeypatch, tuning, capsys):
-    """Two bursts that ran equally fast on their few batches: the one whose
-    fixed cost and cost a token make the epoch's mean-length updates faster
-    wins, and the table keeps the burst's own figure too."""
-    argv, out = tuning  # batch 8 a node; the training lengths 3, 5 and 9: mean 17/3 tokens
-    fits = iter([phased(0.040, 400e-6), phased(0.020, 900e-6)])  # 1 x 2 (batch 8), then 2 x 1 (4 a rank)
-    monkeypatch.setattr(tune, "run_training", lambda config, data, work, what: ({}, next(fits)))
-    tune.main(argv)
-    table = {r["processes_per_node"]: r for r in json.loads(out.read_text())["table"]}
-    mean = 17 / 3
-    assert table[1]["train_samples_per_second"] == pytest.approx(8 / (0.040 + 400e-6 * mean * 8), abs=1e-3)
-    assert table[2]["train_samples_per_second"] == pytest.approx(8 / (0.020 + 900e-6 * mean * 4), abs=1e-3)
-    assert table[1]["burst_samples_per_second"] == table[2]["burst_samples_per_second"] == 500.0
-    assert json.loads(out.read_text())["best"]["processes_per_node"] == 2
-    assert "at the data's mean length (5.7 tokens)" in capsys.readouterr().err
-
-
-def test_a_burst_without_a_line_keeps_its_own_figure():
-    row = {"processes_per_node": 2, "batch_size": 4, "gradient_accumulation_steps": 1}
-    assert tune.at_mean_length({"ranks": [{"step_phases": {"updates": 5}}]}, row, 20.0) is None  # too few updates
-    assert tune.at_mean_length(phased(0.05, -1e-6), row, 20.0) is None  # no positive cost a token
-    assert tune.at_mean_length({}, row, 20.0) is None
-    assert tune.at_mean_length(phased(0.05, 1e-3), row, 20.0) == pytest.approx(8 / (0.05 + 1e-3 * 80))
+    monkeypatch.setattr(tune, "run_training", run_training)
+    tune.main([*argv, "--auto"])
+    assert [(ranks, train["batch_size"], train["gradient_accumulation_steps"]) for ranks, train in seen] == \
+        [(1, 8, 1), (2, 4, 1)]
+    assert all(train["sample_updates"] == tune.AUTO_STEPS and train["epochs"] == 1 and train["max_steps"] is None
+               for _, train in seen)
+    record = json.loads(out.read_text())
+    assert [r["train_samples_per_second"] for r in record["table"]] == [100.0, 200.0]
+    assert record["best"]["processes_per_node"] == 2
+    assert f"over {tune.AUTO_STEPS} updates sampled across the epoch's lengths" in capsys.readouterr().err

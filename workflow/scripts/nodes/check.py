@@ -136,8 +136,8 @@ def layout_record(chosen: layout.Layout, record: dict | None, info: dict) -> dic
     the measured table) and `layout_reason` (one line). On several nodes the
     launch node measured it: a node of another CPU model is named."""
     models = {n["node"]: n.get("cpu_model") for n in info.get("node_reports", [])}
-    figures = {k: record[k] for k in ("cpu_model", "cores", "shape", "warmup_steps", "steps", "table", "dropped",
-                                      "best", "fallback", "cached", "cache_file", "measured_at")
+    figures = {k: record[k] for k in ("cpu_model", "cores", "shape", "warmup_steps", "steps", "timing", "table",
+                                      "dropped", "best", "fallback", "cached", "cache_file", "measured_at")
                if k in record} if record and chosen.source in ("measured", "cached", "fallback") else {}
     # A measured layout's per-rank batch and accumulation: the run's global batch is the layout's to keep.
     split = {"batch_size_per_rank": chosen.batch_size,

@@ -42,6 +42,10 @@ SHAPE_TRAIN_KEYS = ("batch_size", "gradient_accumulation_steps", "max_seq_length
 SHAPE_DISTRIBUTED_KEYS = ("backend", "bucket_cap_mb", "gradient_compression")
 # The ranks per node whose per-rank batch train.batch_size is, under processes_per_node auto.
 REFERENCE_RANKS = 1
+# How the bursts time a layout (train/tune.py): updates sampled across the
+# epoch's lengths. A cache entry timed another way (the epoch's first
+# batches, read 15-25% high on SST-2's lengths) is measured again.
+TIMING = "sampled-lengths"
 
 
 def normalize(dist: dict) -> None:
@@ -148,13 +152,15 @@ def cache_file(folder: Path, cpu_model: str, cores: int, run_shape: dict) -> Pat
 
 
 def read_cached(path: Path, cpu_model: str, cores: int, run_shape: dict) -> dict | None:
-    """The cached measurement of exactly this CPU, cores and shape; None when
-    missing, unreadable or of another key (a damaged file is measured again)."""
+    """The cached measurement of exactly this CPU, cores and shape, timed as
+    bursts time now (TIMING); None when missing, unreadable or of another
+    key (a damaged file is measured again)."""
     try:
         record = json.loads(Path(path).read_text())
     except (OSError, ValueError):
         return None
-    same = (record.get("cpu_model"), record.get("cores"), record.get("shape")) == (cpu_model, cores, run_shape)
+    same = (record.get("cpu_model"), record.get("cores"), record.get("shape"), record.get("timing")) == \
+        (cpu_model, cores, run_shape, TIMING)
     return record if same and record.get("table") and record.get("best") else None
 
 
@@ -194,7 +200,7 @@ def reason(record: dict) -> str:
     others = ", ".join(f"{split(r)} {r['train_samples_per_second']:.1f}" for r in record["table"] if r is not row)
     return (f"auto: {split(best)} (ranks x threads) at {row['train_samples_per_second']:.1f} samples/s"
             f"{', against ' + others if others else ''}; bursts of {record.get('warmup_steps', 0)} warm-up + "
-            f"{record['steps']} timed steps at {batch} {where}"
+            f"{record['steps']} timed updates sampled across the epoch's lengths at {batch} {where}"
             f"{'; dropped: ' + '; '.join(record['dropped']) if record.get('dropped') else ''}; {how}")
 
 

@@ -23,7 +23,7 @@ from workflow.scripts.data.batching import DistributedLengthGroupedSampler, pack
 from workflow.scripts.train import lora, master, master_kernel, model_code, schedule, speed
 from workflow.scripts.train.master import MasterAdamW
 from workflow.scripts.train.comm import CommTimer
-from workflow.scripts.train.step_phases import StepPhases
+from workflow.scripts.train.step_phases import WARMUP_STEPS, StepPhases
 
 
 @dataclass
@@ -143,7 +143,8 @@ def make_loader(split: ArrowSplit, train: TrainSettings, env: DistEnv, pad_id: i
         raise UserError("the training split is empty; check data.train")
     accumulation = accumulation_for(train, planned_world, env.world_size)
     sampler = DistributedLengthGroupedSampler(lengths, train.batch_size, env.rank, env.world_size, train.seed,
-                                              accumulation=accumulation)
+                                              accumulation=accumulation, sample=train.sample_updates,
+                                              warmup=WARMUP_STEPS)
     # Its own generator: each new iterator draws a seed from it, and drawn
     # from torch's global RNG that draw would shift the dropout masks of a
     # run resumed mid-epoch against an uninterrupted one.
