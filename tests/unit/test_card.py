@@ -189,3 +189,9 @@ def test_push_uploads_the_deploy_folder(tmp_path, monkeypatch):
 def test_push_to_hub_must_be_a_repo_id():
     with pytest.raises(cfg.ConfigError, match="push_to_hub"):
         cfg.validate({"task": "mrpc", "model": "m", "deploy": {"push_to_hub": "not a repo"}})
+
+
+def test_the_card_says_when_each_epoch_trained_a_sample_of_its_updates():
+    train = {"epochs": 1, "max_steps": None, "batch_size": 8}
+    assert "sample_updates" not in card.hyperparameters(train)
+    assert card.hyperparameters({**train, "sample_updates": 24})["sample_updates"] == 24

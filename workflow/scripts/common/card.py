@@ -180,10 +180,17 @@ def text(name: str, train: dict, decisions: dict, hardware: dict, commit: str | 
     shown = {**{k: hardware.get(k) for k in HARDWARE}, "isa_flags": " ".join(sorted(flags)) if flags else None}
     return "\n\n".join(part for part in (
         f"# {name}", "Fine-tuned with cpuddp (data-parallel PyTorch on CPUs).", data, extra,
-        "## Hyperparameters", _table({k: train.get(k) for k in HYPERPARAMETERS}), lora,
+        "## Hyperparameters", _table(hyperparameters(train)), lora,
         RUN_TITLE, _table(decisions),
         HARDWARE_TITLE, _table(shown),
         f"## Code\n\ncpuddp commit `{commit or 'unknown (not a git checkout)'}`") if part) + "\n"
+
+
+def hyperparameters(train: dict) -> dict:
+    """HYPERPARAMETERS, and train.sample_updates where set: a model trained
+    on a sample of each epoch's updates says so."""
+    sampled = {"sample_updates": train["sample_updates"]} if train.get("sample_updates") else {}
+    return {**{k: train.get(k) for k in HYPERPARAMETERS}, **sampled}
 
 
 def data_section(task: tasks.Task, data) -> str:
