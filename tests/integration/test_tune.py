@@ -24,7 +24,9 @@ def test_burst_config_overrides_layout_split_and_steps():
     burst = tune.burst_config(config, row, 8)
     assert burst["distributed"] == {"nodes": 1, "hostfile": None, "processes_per_node": 2, "threads_per_process": 3}
     assert burst["train"]["batch_size"] == 8 and burst["train"]["gradient_accumulation_steps"] == 1
-    assert burst["train"]["max_steps"] == tune.WARMUP_STEPS + 8 and burst["train"]["checkpoint_every"] == 0
+    # one epoch: the warm-up, then 8 updates sampled across its lengths, whatever the run's epochs
+    assert burst["train"]["sample_updates"] == 8 and burst["train"]["epochs"] == 1
+    assert burst["train"]["max_steps"] is None and burst["train"]["checkpoint_every"] == 0
     assert config["distributed"]["processes_per_node"] == 4 and config["train"]["batch_size"] == 16  # untouched
 
 
@@ -41,3 +43,4 @@ def test_tune_target_measures_every_layout(tmp_path, tiny_model_dir):
     assert not (tmp_path / "results/tiny/tune/bursts").exists()  # each burst's saved model is gone
     cached = json.loads(Path(result["cache_file"]).read_text())  # what processes_per_node auto then uses
     assert cached["table"] == result["table"] and result["cached"] is False
+    assert result["steps"] == tune.TUNE_STEPS and cached["timing"] == layout.TIMING
