@@ -112,3 +112,35 @@ def test_no_memory_for_the_scratch_is_one_clear_error_not_a_crash(kernel):
         kernel.attention(q, q, q, plan, *args)
     with pytest.raises(MemoryError, match="backward found no memory"):
         kernel.attention_backward(q, q, q, q, q.new_zeros(HEADS), plan, *args)
+
+
+@pytest.mark.parametrize("kernel_or_torch", ["kernel", "torch"])
+@pytest.mark.parametrize("first_token", [False, True])
+def test_rows_past_the_tokens_take_part_in_nothing(kernel_or_torch, first_token, hash_dropout_kernel, monkeypatch):
+    """bucketed_rows' padding: q, k and v with rows past the packed tokens (here not zeros, so any read of
+    them would show) give the unpadded call's context and gradients bit for bit in the real rows, a zero
+    context and zero gradients in the others, with the kernel (which reads and writes the rows where
+    they are) and with torch's ops (which slice the tokens out)."""
+    kernel = hash_dropout_kernel[0] if kernel_or_torch == "kernel" else None
+    if kernel_or_torch == "kernel" and kernel is None:
+        pytest.skip(f"the dropout kernel did not build: {hash_dropout_kernel[1]}")
+    packed = from_offsets([0, *torch.tensor(LENGTHS).cumsum(0).tolist()])
+    queries, extra = packed.batch if first_token else packed.tokens, 5
+    torch.manual_seed(2)
+    k, v = (torch.randn(packed.tokens + extra, HEADS * SIZE, dtype=torch.bfloat16) for _ in range(2))
+    q = torch.randn(queries + (0 if first_token else extra), HEADS * SIZE, dtype=torch.bfloat16)
+    weights = torch.randn(q.shape[0], HEADS * SIZE)
+    monkeypatch.setattr(attention, "draw_seed", lambda: 11)
+    p = 0.25 if kernel is not None else 0.0  # torch's dropout draws other masks each call
+    results = []
+    for rows, keys in ((q.shape[0], packed.tokens + extra), (queries, packed.tokens)):
+        leaves = [q[:rows].clone().requires_grad_(), k[:keys].clone().requires_grad_(),
+                  v[:keys].clone().requires_grad_()]
+        out = attention.attention(*leaves, packed, HEADS, SIZE ** -0.5, p, first_token, kernel)
+        (out.float() * weights[:rows]).sum().backward()
+        results.append((out, *(t.grad for t in leaves)))
+    (out, dq, dk, dv), (plain, plain_dq, plain_dk, plain_dv) = results
+    assert out.shape == q.shape and torch.equal(out[:queries], plain) and not out[queries:].any()
+    assert torch.equal(dq[:queries], plain_dq) and not dq[queries:].any()
+    for grad, want in ((dk, plain_dk), (dv, plain_dv)):
+        assert torch.equal(grad[:packed.tokens], want) and not grad[packed.tokens:].any()

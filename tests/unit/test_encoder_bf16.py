@@ -128,3 +128,21 @@ def test_rows_are_padded_where_the_matmuls_run_in_bf16_only():
         with torch.autocast("cpu", dtype=torch.bfloat16):
             model(**inputs)
     assert seen == [50, 56] and project == [50, 56]
+
+
+def test_padded_rows_are_never_sliced_off_or_padded_again(hash_dropout_kernel):
+    """With the attention kernel, the padded rows (bucketed_rows) go through every layer as they are:
+    no slice of the tokens (whose backward zero-fills a [rows, hidden] gradient each) and no pad of the
+    context (a copy each way), forward or backward."""
+    if hash_dropout_kernel[0] is None:
+        pytest.skip(f"the dropout kernel did not build: {hash_dropout_kernel[1]}")
+    model, _ = encoder.build(tiny_hf("Bert", "classification"), "classification", hash_dropout=True)
+    master.to_bf16_encoder(model)
+    model.train()
+    inputs = batch(LENGTHS, 12, "classification")
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        run(model, inputs, "classification")
+    calls = {event.key: event.count for event in prof.key_averages()}
+    assert "PackedAttentionBackward" in calls and bucketed_rows(sum(LENGTHS)) > sum(LENGTHS)
+    assert "aten::slice_backward" not in calls
+    assert calls["aten::constant_pad_nd"] == 2  # the embeddings' output padded once for every layer, and its backward

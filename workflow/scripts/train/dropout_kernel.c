@@ -262,7 +262,8 @@ CLONES_FMA int attention_forward_bf16(const uint16_t *restrict q, const uint16_t
     vec *keys_t = scratch(size * most_chunks), *values = scratch(most * cols), *scores = scratch(most_q * most_chunks);
     vec *context = scratch(most_q * cols);
     vec *queries = scratch(most_q * cols);
-    int failed = !keys_t || !values || !scores || !context || !queries;
+    uint16_t *rounded = (uint16_t *)scratch(most_chunks);
+    int failed = !keys_t || !values || !scores || !context || !queries || !rounded;
     for (int64_t s = first_seq; !failed && s < first_seq + seqs; s++) {
         int64_t k0 = k_off[s], n = k_off[s + 1] - k0, q0 = q_off[s], nq = q_off[s + 1] - q0, chunks = chunks_of(n);
         int64_t stride = chunks * LANES;
@@ -276,16 +277,20 @@ CLONES_FMA int attention_forward_bf16(const uint16_t *restrict q, const uint16_t
                 float *r = (float *)(scores + i * chunks);
                 float inverse = 1.0f / softmax_numerators(r, n, stride);
                 int64_t at = p_off[s] + (h * nq + i) * n;
-                uint16_t *y = probs + at;
-                for (int64_t j = 0; j < n; j++) y[j] = round_bf16(r[j] * inverse);
-                for (int64_t j = 0; j < n; j++)
-                    r[j] = kept_weight(bf16_value(y[j]), keep_mask((uint32_t)(at + j), lo, hi, dropped), keep_scale);
+                /* over the whole padded row, whose padding is 0 and stays 0: a loop of whole vectors,
+                   where one over the n scores ran its last n mod 16 (hash, rounding) one at a time */
+                for (int64_t j = 0; j < stride; j++) {
+                    uint16_t y = round_bf16(r[j] * inverse);
+                    rounded[j] = y;
+                    r[j] = kept_weight(bf16_value(y), keep_mask((uint32_t)(at + j), lo, hi, dropped), keep_scale);
+                }
+                memcpy(probs + at, rounded, (size_t)n * sizeof *rounded);
             }
             mac((const float *)scores, stride, 1, n, nq, values, cols, cols, context, cols);
             for (int64_t i = 0; i < nq; i++) store_bf16(context + i * cols, size, out + (q0 + i) * width + h * size);
         }
     }
-    free(keys_t), free(values), free(scores), free(context), free(queries);
+    free(keys_t), free(values), free(scores), free(context), free(queries), free(rounded);
     return failed; /* 1: out of memory for the scratch, nothing computed */
 }
 

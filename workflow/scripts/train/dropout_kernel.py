@@ -43,6 +43,16 @@ class Layout:
     def pointers(self) -> tuple[int, int, int]:
         return tuple(t.data_ptr() for t in self.offsets)
 
+    def rows(self) -> tuple[int, int]:
+        """(key rows, query rows) the sequences hold: rows past them (bucketed_rows' padding) are no token."""
+        return int(self.offsets[0][-1]), int(self.offsets[1][-1])
+
+
+def zero_past(tensor: torch.Tensor, rows: int) -> torch.Tensor:
+    """tensor with its rows from `rows` on set to zero, in place."""
+    tensor[rows:].zero_()
+    return tensor
+
 
 class Kernel:
     def __init__(self, lib: ctypes.CDLL):
@@ -74,8 +84,9 @@ class Kernel:
                   keep_scale: float) -> tuple[torch.Tensor, torch.Tensor]:
         """(out, probs) of the packed attention (dropout_kernel.c) of contiguous
         bf16 q [query rows, hidden], k and v [tokens, hidden]; `layout`: the
-        offsets and each call's sequences (Layout)."""
-        out, probs = torch.empty_like(q), q.new_empty(layout.scores)
+        offsets and each call's sequences (Layout). Rows past the layout's
+        queries and tokens are read by nothing: out's are zero."""
+        out, probs = zero_past(torch.empty_like(q), layout.rows()[1]), q.new_empty(layout.scores)
         size = q.shape[1] // heads
         calls = [(self.attention_forward_call, (q.data_ptr(), k.data_ptr(), v.data_ptr(), *layout.pointers(), first,
                                            count, heads, size, scaling, seed, dropped, keep_scale,
@@ -86,9 +97,12 @@ class Kernel:
 
     def attention_backward(self, grad, q, k, v, probs, layout, heads: int, scaling: float, seed: int,
                            dropped: int, keep_scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The gradients of q, k and v from that of attention()'s out."""
+        """The gradients of q, k and v from that of attention()'s out (zero
+        in the rows past the layout's queries and tokens)."""
         grad = grad.contiguous().to(torch.bfloat16)
-        dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        keys, queries = layout.rows()
+        dq, dk, dv = zero_past(torch.empty_like(q), queries), zero_past(torch.empty_like(k), keys), \
+            zero_past(torch.empty_like(v), keys)
         size = q.shape[1] // heads
         calls = [(self.attention_backward_call,
                   (grad.data_ptr(), q.data_ptr(), k.data_ptr(), v.data_ptr(), probs.data_ptr(), *layout.pointers(),

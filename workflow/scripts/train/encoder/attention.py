@@ -50,10 +50,15 @@ def _merge(context: torch.Tensor) -> torch.Tensor:
 
 def attention(q, k, v, packed: Packed, heads: int, scaling: float, p: float, first_token: bool = False,
               kernel=None) -> torch.Tensor:
-    """The context [query rows, hidden] of packed q [query rows, hidden], k and v [tokens, hidden];
-    p: the attention dropout (0 outside training)."""
+    """The context [q's rows, hidden] of packed q [query rows, hidden], k and v [rows, hidden];
+    p: the attention dropout (0 outside training). Rows past the packed tokens (bucketed_rows'
+    padding; of q, past the queries) take part in no attention: their context is zero, so are
+    their gradients. The kernel reads and writes the rows as they are, where slicing the tokens
+    out and padding the context again cost a copy each way and a zeroed gradient per slice."""
     if kernel is not None and q.dtype == torch.bfloat16:
         return PackedAttention.apply(q, k, v, packed, heads, scaling, p, first_token, kernel)
+    rows, tokens = q.shape[0], packed.tokens
+    q, k, v = q if first_token else q[:tokens], k[:tokens], v[:tokens]
     out = []
     for _, _, qg, kg, vg in _views(q, k, v, packed, first_token, heads):
         scores = torch.matmul(qg, kg.transpose(-1, -2)) * scaling
@@ -61,7 +66,8 @@ def attention(q, k, v, packed: Packed, heads: int, scaling: float, p: float, fir
         if p > 0:  # the kernel's mask where it built (fp32: its softmax pass is bf16's only)
             probs = F.dropout(probs, p, training=True) if kernel is None else KernelDropout.apply(probs, p, kernel)
         out.append(_merge(torch.matmul(probs, vg)))
-    return out[0] if len(out) == 1 else torch.cat(out)
+    context = out[0] if len(out) == 1 else torch.cat(out)
+    return F.pad(context, (0, 0, 0, rows - context.shape[0])) if rows > context.shape[0] else context
 
 
 def layout(packed: Packed, first_token: bool, heads: int) -> Layout:

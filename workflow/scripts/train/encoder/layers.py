@@ -102,15 +102,11 @@ class Layer(nn.Module):
         row-wise op and in no attention: their outputs reach no token, so
         their gradients are zero. `views`: bucket_grads' (None: torch's
         backward for the linear layers)."""
-        training, tokens = self.training, packed.tokens
+        training = self.training
         residual = x.index_select(0, packed.first_rows()) if first_token else x
-        query = linear(self.query, residual, views)
         context = packed_attention.attention(
-            query if first_token else query[:tokens], linear(self.key, x, views)[:tokens],
-            linear(self.value, x, views)[:tokens], packed,
+            linear(self.query, residual, views), linear(self.key, x, views), linear(self.value, x, views), packed,
             self.heads, self.scaling, self.p_attention if training else 0.0, first_token, kernel)
-        if not first_token:
-            context = _pad_rows(context, x.shape[0])
         attended = dropout(linear(self.attention_output, context, views), self.p_attention_output, training, kernel)
         attended = self.attention_norm(attended + residual)
         inner = self.act(linear(self.ffn_in, attended, views))
