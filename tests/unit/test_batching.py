@@ -247,3 +247,18 @@ def test_a_sample_as_long_as_the_epoch_is_the_epoch():
     whole = Sampler(LENGTHS, 8, 0, 2)
     assert len(Sampler(LENGTHS, 8, 0, 2, sample=len(whole), warmup=3)) == len(whole)
     assert epoch(LENGTHS, 8, 2, sample=len(whole), warmup=3) == epoch(LENGTHS, 8, 2)
+
+
+def test_the_schema_names_the_warm_up_the_loop_has():
+    """train.sample_updates' text says how many of the epoch's first updates are the warm-up:
+    the loop's WARMUP_STEPS, whatever that becomes."""
+    from pathlib import Path
+
+    import yaml
+
+    from workflow.scripts.train.loop import WARMUP_STEPS
+
+    repo = Path(__file__).resolve().parents[2]
+    schema = yaml.safe_load((repo / "workflow/schemas/config.schema.yaml").read_text())
+    text = schema["properties"]["train"]["properties"]["sample_updates"]["description"]
+    assert f"the first {WARMUP_STEPS} (a step's warm-up)" in " ".join(text.split())
