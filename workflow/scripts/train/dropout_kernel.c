@@ -360,3 +360,59 @@ CLONES_FMA int attention_backward_bf16(const uint16_t *restrict grad, const uint
     return failed; /* 1: out of memory for the scratch, nothing computed */
 }
 #pragma GCC pop_options
+
+/* The calls of a layer's attention (the sequences `firsts[c]` .. + `counts[c]` - 1 each) on `threads`
+   threads of OpenMP: built with -fopenmp, on the runtime torch loaded (the loader gives this library
+   the libgomp.so.1 already in the process; dropout_kernel.py checks that only one is mapped), so
+   torch's idle workers take them at once, where Python threads waited for the core that a worker
+   still spun on after torch's last parallel op. Each call is as on its own: the same bits. */
+int attention_forward_bf16_calls(const uint16_t *q, const uint16_t *k, const uint16_t *v, const int64_t *k_off,
+                                 const int64_t *q_off, const int64_t *p_off, const int64_t *firsts,
+                                 const int64_t *counts, int64_t calls, int threads, int64_t heads, int64_t size,
+                                 float scaling, uint64_t seed, uint32_t dropped, float keep_scale, uint16_t *probs,
+                                 uint16_t *out) {
+    int failed = 0;
+#pragma omp parallel for num_threads(threads) schedule(static, 1) reduction(| : failed)
+    for (int64_t c = 0; c < calls; c++)
+        failed |= attention_forward_bf16(q, k, v, k_off, q_off, p_off, firsts[c], counts[c], heads, size, scaling,
+                                         seed, dropped, keep_scale, probs, out);
+    return failed;
+}
+
+int attention_backward_bf16_calls(const uint16_t *grad, const uint16_t *q, const uint16_t *k, const uint16_t *v,
+                                  const uint16_t *probs, const int64_t *k_off, const int64_t *q_off,
+                                  const int64_t *p_off, const int64_t *firsts, const int64_t *counts, int64_t calls,
+                                  int threads, int64_t heads, int64_t size, float scaling, uint64_t seed,
+                                  uint32_t dropped, float keep_scale, uint16_t *dq, uint16_t *dk, uint16_t *dv) {
+    int failed = 0;
+#pragma omp parallel for num_threads(threads) schedule(static, 1) reduction(| : failed)
+    for (int64_t c = 0; c < calls; c++)
+        failed |= attention_backward_bf16(grad, q, k, v, probs, k_off, q_off, p_off, firsts[c], counts[c], heads,
+                                          size, scaling, seed, dropped, keep_scale, dq, dk, dv);
+    return failed;
+}
+
+/* Dropout of n elements on `threads` OpenMP threads, in pieces of `piece` elements: the mask follows
+   each element's index, so any cut gives the same bits. */
+void dropout_bf16_calls(const uint16_t *x, uint16_t *y, int64_t n, uint64_t seed, uint32_t dropped, float scale,
+                        int64_t piece, int threads) {
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int64_t start = 0; start < n; start += piece)
+        dropout_bf16(x + start, y + start, n - start < piece ? n - start : piece, seed, start, dropped, scale);
+}
+
+void dropout_fp32_calls(const float *x, float *y, int64_t n, uint64_t seed, uint32_t dropped, float scale,
+                        int64_t piece, int threads) {
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int64_t start = 0; start < n; start += piece)
+        dropout_fp32(x + start, y + start, n - start < piece ? n - start : piece, seed, start, dropped, scale);
+}
+
+/* Whether this build runs the *_calls on OpenMP threads (1) or one after the other (0: no -fopenmp). */
+int built_with_openmp(void) {
+#ifdef _OPENMP
+    return 1;
+#else
+    return 0;
+#endif
+}

@@ -16,7 +16,7 @@ any number of threads.
 from __future__ import annotations
 
 import ctypes
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -26,6 +26,7 @@ from workflow.scripts.train.kernel_build import CHUNK, run
 
 SOURCE = Path(__file__).with_name("dropout_kernel.c")
 BITS = 16  # p is exact to 1/2^16
+PIECE = 1 << 16  # elements of a dropout's piece on an OpenMP thread
 
 
 @dataclass
@@ -39,9 +40,17 @@ class Layout:
     """Probs kept for backward: sum over sequences of heads x queries x keys."""
     calls: list[tuple[int, int]]
     """(first sequence, sequences) per call."""
+    table: torch.Tensor = field(init=False, repr=False)
+    """`calls` as int64 [2, calls]: the firsts, then the counts (the OpenMP entry points read them)."""
+
+    def __post_init__(self):
+        self.table = torch.tensor(list(zip(*self.calls)) or [[], []], dtype=torch.int64).reshape(2, -1)
 
     def pointers(self) -> tuple[int, int, int]:
         return tuple(t.data_ptr() for t in self.offsets)
+
+    def call_pointers(self) -> tuple[int, int]:
+        return self.table[0].data_ptr(), self.table[1].data_ptr()
 
     def rows(self) -> tuple[int, int]:
         """(key rows, query rows) the sequences hold: rows past them (bucketed_rows' padding) are no token."""
@@ -68,11 +77,33 @@ class Kernel:
         self.attention_backward_call = lib.attention_backward_bf16
         self.attention_backward_call.argtypes = [pointer] * 5 + offsets + [pointer] * 3
         self.attention_forward_call.restype = self.attention_backward_call.restype = ctypes.c_int  # 1: no memory
+        self.attention_forward_calls, self.attention_backward_calls = (lib.attention_forward_bf16_calls,
+                                                                       lib.attention_backward_bf16_calls)
+        on_threads = [pointer] * 2 + [count, ctypes.c_int] + [count] * 2 + [real, seed, threshold, real]
+        self.attention_forward_calls.argtypes = [pointer] * 6 + on_threads + [pointer] * 2
+        self.attention_backward_calls.argtypes = [pointer] * 8 + on_threads + [pointer] * 3
+        self.attention_forward_calls.restype = self.attention_backward_calls.restype = ctypes.c_int
+        self.dropout_calls = {torch.bfloat16: lib.dropout_bf16_calls, torch.float32: lib.dropout_fp32_calls}
+        for function in self.dropout_calls.values():
+            function.argtypes = [pointer, pointer, count, ctypes.c_uint64, ctypes.c_uint32, ctypes.c_float, count,
+                                 ctypes.c_int]
+            function.restype = None
+        self.openmp = kernel_build.shares_torchs_openmp(lib)
+        """Calls on torch's OpenMP threads (the *_calls entry points), else on Python threads (run())."""
+
+    def threads(self, calls: int) -> int:
+        """OpenMP threads for `calls` calls: torch's count, 0 where they go through run() instead."""
+        threads = torch.get_num_threads()
+        return threads if self.openmp and threads > 1 and calls > 1 else 0
 
     def dropout(self, x: torch.Tensor, seed: int, dropped: int, scale: float) -> torch.Tensor:
         """x x scale where kept, else 0: a new contiguous tensor."""
         x = x.contiguous()
         y = torch.empty_like(x)
+        threads = self.threads(x.numel() // PIECE)
+        if threads:
+            self.dropout_calls[x.dtype](x.data_ptr(), y.data_ptr(), x.numel(), seed, dropped, scale, PIECE, threads)
+            return y
         function, size = self.functions[x.dtype], x.element_size()
         calls = [(function, (x.data_ptr() + start * size, y.data_ptr() + start * size, min(CHUNK,
                  x.numel() - start), seed, start, dropped, scale), min(CHUNK, x.numel() - start), (x, y))
@@ -88,6 +119,13 @@ class Kernel:
         queries and tokens are read by nothing: out's are zero."""
         out, probs = zero_past(torch.empty_like(q), layout.rows()[1]), q.new_empty(layout.scores)
         size = q.shape[1] // heads
+        threads = self.threads(len(layout.calls))
+        if threads:
+            enough_memory([self.attention_forward_calls(
+                q.data_ptr(), k.data_ptr(), v.data_ptr(), *layout.pointers(), *layout.call_pointers(),
+                len(layout.calls), threads, heads, size, scaling, seed, dropped, keep_scale, probs.data_ptr(),
+                out.data_ptr())], "forward", layout)
+            return out, probs
         calls = [(self.attention_forward_call, (q.data_ptr(), k.data_ptr(), v.data_ptr(), *layout.pointers(), first,
                                            count, heads, size, scaling, seed, dropped, keep_scale,
                                            probs.data_ptr(), out.data_ptr()), CHUNK, (q, k, v, out, probs, layout))
@@ -104,6 +142,13 @@ class Kernel:
         dq, dk, dv = zero_past(torch.empty_like(q), queries), zero_past(torch.empty_like(k), keys), \
             zero_past(torch.empty_like(v), keys)
         size = q.shape[1] // heads
+        threads = self.threads(len(layout.calls))
+        if threads:
+            enough_memory([self.attention_backward_calls(
+                grad.data_ptr(), q.data_ptr(), k.data_ptr(), v.data_ptr(), probs.data_ptr(), *layout.pointers(),
+                *layout.call_pointers(), len(layout.calls), threads, heads, size, scaling, seed, dropped,
+                keep_scale, dq.data_ptr(), dk.data_ptr(), dv.data_ptr())], "backward", layout)
+            return dq, dk, dv
         calls = [(self.attention_backward_call,
                   (grad.data_ptr(), q.data_ptr(), k.data_ptr(), v.data_ptr(), probs.data_ptr(), *layout.pointers(),
                    first, count, heads, size, scaling, seed, dropped, keep_scale, dq.data_ptr(), dk.data_ptr(),

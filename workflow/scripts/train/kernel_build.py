@@ -28,6 +28,7 @@ import fcntl
 import functools
 import hashlib
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -44,6 +45,10 @@ from workflow.scripts.common.private import private, private_folder
 # target clone (and CPU) computes the same bits; -fno-math-errno lets sqrtf
 # vectorise. No -march: target_clones picks the ISA at run time.
 FLAGS = ("-O3", "-shared", "-fPIC", "-fno-math-errno", "-ffp-contract=off")
+# A kernel's *_calls entry points run on OpenMP threads, torch's own where the
+# runtime is the one torch loaded (shares_torchs_openmp); a compiler without
+# OpenMP builds the kernel without it, and those calls then run one by one.
+OPENMP = "-fopenmp"
 CHUNK = 1 << 20  # elements per call: a multiple of the sum's 16 lanes
 
 
@@ -59,7 +64,7 @@ def refused(target: Path, why: str) -> str:
 def cached_path(source: Path, command: list[str], root: Path) -> Path:
     """Where `source` built by `command` is cached under `root`."""
     version = subprocess.run([*command, "--version"], capture_output=True, text=True, timeout=60).stdout
-    key = hashlib.sha256(source.read_bytes() + " ".join([*command, *FLAGS, version]).encode()).hexdigest()
+    key = hashlib.sha256(source.read_bytes() + " ".join([*command, *FLAGS, OPENMP, version]).encode()).hexdigest()
     return root / key[:16] / source.with_suffix(".so").name
 
 
@@ -106,8 +111,11 @@ def build_into(source: Path, command: list[str], target: Path) -> str | None:
     place) and log it in build.log beside it; None, or why it failed."""
     handle, temporary = tempfile.mkstemp(dir=target.parent, prefix=".build-", suffix=".so")
     os.close(handle)
-    done = subprocess.run([*command, *FLAGS, "-o", temporary, str(source), "-lm"], capture_output=True,
-                          text=True, timeout=300)
+    for openmp in ([OPENMP], []):
+        done = subprocess.run([*command, *FLAGS, *openmp, "-o", temporary, str(source), "-lm"], capture_output=True,
+                              text=True, timeout=300)
+        if not done.returncode:
+            break
     if done.returncode:
         os.unlink(temporary)
         lines = done.stderr.strip().splitlines() or ["no output"]
@@ -143,6 +151,23 @@ def once(source: Path, build) -> tuple:
     if key not in _LOADED:
         _LOADED[key] = build()
     return _LOADED[key]
+
+
+def openmp_runtimes() -> set[str]:
+    """The OpenMP runtime libraries mapped into this process (libgomp, libiomp5, libomp); none where
+    /proc/self/maps cannot be read."""
+    try:
+        with open("/proc/self/maps") as maps:
+            return {line.split()[-1] for line in maps if re.search(r"/lib(gomp|iomp5|omp)[-.][^/]*$", line.strip())}
+    except OSError:
+        return set()
+
+
+def shares_torchs_openmp(lib: ctypes.CDLL) -> bool:
+    """Whether `lib` was built with OpenMP and runs on the one runtime in the process, torch's: a
+    second runtime (torch on Intel's, say) would start threads of its own beside torch's."""
+    torch.get_num_threads()  # torch's runtime is loaded with torch itself
+    return bool(lib.built_with_openmp()) and len(openmp_runtimes()) == 1
 
 
 @functools.cache
