@@ -79,8 +79,8 @@ def test_the_kernel_is_its_float_arithmetic_bit_for_bit(kernel, beta1):
         for low in (grad.bfloat16(), None):  # a bf16 weight with its master; an fp32 parameter
             want = master_kernel.float_step(grad if low is None else low, weights, exp_avg, exp_avg_sq, args)
             got = [t.clone() for t in (weights.bfloat16(), weights, exp_avg, exp_avg_sq)]
-            master_kernel.run(kernel.adamw(None if low is None else got[0], grad if low is None else low, *got[1:],
-                                           args))
+            kernel.run(kernel.adamw(None if low is None else got[0], grad if low is None else low, *got[1:],
+                                    args))
             assert all(torch.equal(a, b) for a, b in zip(got[1:], want, strict=True)), n
             assert torch.equal(got[0], (weights if low is None else want[0]).bfloat16()), n
 
@@ -219,3 +219,40 @@ def test_without_a_compiler_a_reason_and_the_three_pass_path(monkeypatch, tmp_pa
     assert lines[0].startswith("optimizer one_pass: off: the kernel did not load here")
     with pytest.raises(RuntimeError, match="no C compiler"):
         MasterAdamW([{"params": list(model.parameters())}], one_pass=True, fused=True)
+
+
+def test_a_steps_calls_run_on_torchs_openmp_threads_with_the_same_bits(monkeypatch):
+    """Built with OpenMP, the library runs on the one runtime torch loaded (the loader reuses its
+    libgomp.so.1: no second runtime is mapped), and a step's calls on its threads (run_calls) give
+    what one thread, or Python threads, give, bit for bit: updates, row marks and sums of squares."""
+    from workflow.scripts.train import kernel_build
+
+    kernel, why = master_kernel.load()
+    if kernel is None or not kernel.lib.built_with_openmp():
+        pytest.skip(f"the kernel did not build with OpenMP: {why}")
+    assert len(kernel_build.openmp_runtimes()) == 1 and kernel.openmp
+    args = master_kernel.adamw_args(3e-3, 0.9, 0.99, 0.0, 1e-8, 7.0, 0.5)
+    torch.manual_seed(0)
+    sizes = (master_kernel.CHUNK + 5, 3001, 16)
+    start = [[torch.randn(n).bfloat16(), torch.randn(n).bfloat16(), torch.randn(n), torch.randn(n), torch.rand(n)]
+             for n in sizes]
+    table = torch.zeros(3000, 48).bfloat16()
+    table[::7] = torch.randn(429, 48).bfloat16()
+    results, threads = [], torch.get_num_threads()
+    try:
+        for count, openmp in ((1, True), (2, True), (2, False)):
+            torch.set_num_threads(count)
+            monkeypatch.setattr(kernel, "openmp", openmp)
+            state = [[t.clone() for t in tensors] for tensors in start]
+            kernel.run([call for weight, grad, *rest in state for call in kernel.adamw(weight, grad, *rest, args)])
+            active = torch.zeros(3000, dtype=torch.uint8)
+            kernel.run(kernel.mark_rows(table, active))
+            squares = kernel.sum_squares_bf16([grad for _, grad, *_ in state] + [table])
+            results.append((state, active, squares))
+    finally:
+        torch.set_num_threads(threads)
+    (first, first_active, first_squares), *others = results
+    assert first_active.sum() == 429 and first_squares > 0
+    for state, active, squares in others:
+        assert squares == first_squares and torch.equal(active, first_active)
+        assert all(torch.equal(a, b) for one, two in zip(state, first) for a, b in zip(one, two))

@@ -192,7 +192,7 @@ class MasterAdamW(torch.optim.AdamW):
                 else:
                     calls += self.kernel.adamw_rows(p, p.grad, m, state["exp_avg"], state["exp_avg_sq"], active,
                                                     args)
-        master_kernel.run(calls)
+        self.kernel.run(calls)
         self.clip_scale = 1.0
         return loss
 
@@ -210,7 +210,7 @@ class MasterAdamW(torch.optim.AdamW):
         if active is None:
             active = (state["exp_avg"].ne(0) | state["exp_avg_sq"].ne(0)).any(dim=1).to(torch.uint8)
             self.active[id(p)] = active
-        master_kernel.run(self.kernel.mark_rows(p.grad, active))
+        self.kernel.run(self.kernel.mark_rows(p.grad, active))
         self.rows_updated[0] += int(active.sum())
         self.rows_updated[1] += active.numel()
         return active

@@ -157,3 +157,44 @@ CLONES double sum_squares_bf16(const uint16_t *restrict grad, int64_t n) {
     for (int k = 0; k < 16; k++) total += lanes[k];
     return total;
 }
+
+/* A step's calls (master_kernel.py gathers them: a call per chunk of a parameter) on `threads` threads
+   of OpenMP: built with -fopenmp, on the runtime torch loaded (the loader gives this library the
+   libgomp.so.1 already in the process; kernel_build.py checks that only one is mapped), so torch's
+   idle workers take them at once, where Python threads waited for the core a worker still spun on
+   after torch's last parallel op. The calls write disjoint memory and each computes as on its own:
+   the same bits in any order; a sum of squares goes to sums[c]. */
+enum { ADAMW_BF16, ADAMW_FP32, ADAMW_BF16_ROWS, MARK_ROWS_BF16, SUM_SQUARES_BF16 };
+
+typedef struct {
+    int64_t kind;
+    void *p[5];
+    int64_t n, width;
+    uint8_t *active;
+    adamw_args a;
+} call;
+
+void run_calls(const call *calls, int64_t count, int threads, double *sums) {
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
+    for (int64_t c = 0; c < count; c++) {
+        const call *k = calls + c;
+        switch (k->kind) {
+        case ADAMW_BF16: adamw_bf16(k->p[0], k->p[1], k->p[2], k->p[3], k->p[4], k->n, k->a); break;
+        case ADAMW_FP32: adamw_fp32(k->p[0], k->p[1], k->p[2], k->p[3], k->n, k->a); break;
+        case ADAMW_BF16_ROWS:
+            adamw_bf16_rows(k->p[0], k->p[1], k->p[2], k->p[3], k->p[4], k->n, k->width, k->active, k->a);
+            break;
+        case MARK_ROWS_BF16: mark_rows_bf16(k->p[0], k->n, k->width, k->active); break;
+        case SUM_SQUARES_BF16: sums[c] = sum_squares_bf16(k->p[0], k->n); break;
+        }
+    }
+}
+
+/* Whether this build runs run_calls on OpenMP threads (1) or one call after the other (0: no -fopenmp). */
+int built_with_openmp(void) {
+#ifdef _OPENMP
+    return 1;
+#else
+    return 0;
+#endif
+}

@@ -65,6 +65,29 @@ def _check(tensor: torch.Tensor, dtype: torch.dtype, name: str) -> None:
     assert tensor.is_contiguous() and tensor.device.type == "cpu", f"{name}: not a contiguous CPU tensor"
 
 
+class Call(ctypes.Structure):
+    """struct call of master_adamw.c: one call of run_calls."""
+    _fields_ = [("kind", ctypes.c_int64), ("p", ctypes.c_void_p * 5), ("n", ctypes.c_int64),
+                ("width", ctypes.c_int64), ("active", ctypes.c_void_p), ("a", AdamwArgs)]
+
+
+# Each function's kind in run_calls, and where its arguments go in a Call.
+KINDS = {"adamw_bf16": (0, ("p", "p", "p", "p", "p", "n", "a")), "adamw_fp32": (1, ("p", "p", "p", "p", "n", "a")),
+         "adamw_bf16_rows": (2, ("p", "p", "p", "p", "p", "n", "width", "active", "a")),
+         "mark_rows_bf16": (3, ("p", "n", "width", "active")), "sum_squares_bf16": (4, ("p", "n"))}
+
+
+def as_call(function, args: tuple) -> Call:
+    kind, fields = KINDS[function.__name__]
+    call, pointers = Call(kind=kind), 0
+    for field, value in zip(fields, args):
+        if field == "p":
+            call.p[pointers], pointers = value, pointers + 1
+        else:
+            setattr(call, field, value)
+    return call
+
+
 class Kernel:
     """The loaded library: its calls are gathered into lists (a call per
     chunk, holding its tensors) and run together by run()."""
@@ -72,6 +95,10 @@ class Kernel:
     def __init__(self, lib: ctypes.CDLL):
         pointer, count = ctypes.c_void_p, ctypes.c_int64
         self.lib = lib
+        lib.run_calls.argtypes = [pointer, count, ctypes.c_int, pointer]
+        lib.run_calls.restype = None
+        self.openmp = kernel_build.shares_torchs_openmp(lib)
+        """Calls on torch's OpenMP threads (run_calls), else on Python threads (kernel_build.run)."""
         lib.adamw_bf16.argtypes = [pointer] * 5 + [count, AdamwArgs]
         lib.adamw_bf16.restype = None
         lib.adamw_fp32.argtypes = [pointer] * 4 + [count, AdamwArgs]
@@ -126,6 +153,18 @@ class Kernel:
         return [(self.lib.mark_rows_bf16, (pointers[0], count, width, active.data_ptr() + first), count * width,
                  (grad, active)) for first, pointers, count in _row_chunks((grad,), rows, width)]
 
+    def run(self, calls: list) -> list:
+        """Every call's result, in order: on torch's OpenMP threads where the build shares its runtime
+        (run_calls), else kernel_build.run's Python threads."""
+        threads = torch.get_num_threads()
+        if not (self.openmp and threads > 1 and len(calls) > 1):
+            return run(calls)
+        table, sums = (Call * len(calls))(*(as_call(function, args) for function, args, *_ in calls)), \
+            (ctypes.c_double * len(calls))()
+        self.lib.run_calls(table, len(calls), threads, sums)
+        return [sums[i] if function.__name__ == "sum_squares_bf16" else None
+                for i, (function, *_) in enumerate(calls)]
+
     def computes_the_float_step(self, n: int = 45) -> bool:
         """Whether one step on a few elements (a vector's worth and a tail)
         gives float_step's bits: every rank's build must compute the same."""
@@ -137,7 +176,7 @@ class Kernel:
             args = adamw_args(1e-2, beta1, 0.999, 0.01, 1e-8, 3.0, 0.75)
             want = float_step(grad.bfloat16(), master, exp_avg, exp_avg_sq, args)
             got = [t.clone() for t in (weight, master, exp_avg, exp_avg_sq)]
-            run(self.adamw(got[0], grad.bfloat16(), *got[1:], args))
+            self.run(self.adamw(got[0], grad.bfloat16(), *got[1:], args))
             if not all(torch.equal(a, b) for a, b in zip(got[1:], want)) or not torch.equal(got[0], want[0].bfloat16()):
                 return False
         return True
@@ -148,7 +187,7 @@ class Kernel:
             _check(grad, torch.bfloat16, "grad")
         calls = [(self.lib.sum_squares_bf16, (*pointers, count), count, grad) for grad in grads
                  for pointers, count in _chunks((grad,))]
-        return math.fsum(run(calls))
+        return math.fsum(self.run(calls))
 
 
 def float_step(grad: torch.Tensor, master: torch.Tensor, exp_avg: torch.Tensor, exp_avg_sq: torch.Tensor,
