@@ -13,6 +13,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+import torch
 
 from helpers.tiny_family import tiny_hf
 from workflow.scripts.train import dropout_kernel, encoder, kernel_build, speed
@@ -72,3 +73,29 @@ def test_ranks_loading_at_once_build_once_and_all_get_a_working_kernel(tmp_path)
     logs = list(cache.glob("*/build.log"))
     assert len(logs) == 1 and len(logs[0].read_text().splitlines()) == 1, [log.read_text() for log in logs]
     assert not list(cache.glob("*/.build-*"))  # no temporary left over
+
+
+def test_a_compiler_without_openmp_builds_the_kernels_whose_calls_then_run_on_python_threads(tmp_path):
+    """A compiler that refuses -fopenmp (clang without libomp, say; here a wrapper of cc) still builds
+    both kernels: the build is retried without it, the *_calls entry points run one call after the
+    other, and the kernels take kernel_build.run's Python threads with the same bits."""
+    from workflow.scripts.train import master_kernel
+
+    wrapper = tmp_path / "cc-no-openmp"
+    wrapper.write_text('#!/bin/sh\nfor a in "$@"; do [ "$a" = -fopenmp ] && { echo "error: unsupported option '
+                       "'-fopenmp'\" >&2; exit 1; }; done\nexec cc \"$@\"\n")
+    wrapper.chmod(0o700)
+    dropout, why = dropout_kernel.build(str(wrapper), tmp_path / "cache")
+    master, why_master = master_kernel.build(str(wrapper), tmp_path / "cache")
+    assert dropout is not None and master is not None, (why, why_master)
+    assert not dropout.lib.built_with_openmp() and not master.lib.built_with_openmp()
+    assert not dropout.openmp and not master.openmp
+    with_openmp = dropout_kernel.build("cc", tmp_path / "cache-openmp")[0]
+    x = torch.randn(3 * dropout_kernel.PIECE + 7)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        assert torch.equal(dropout.dropout(x, 99, dropout_kernel.dropped(0.1), 1.25),
+                           with_openmp.dropout(x, 99, dropout_kernel.dropped(0.1), 1.25))
+    finally:
+        torch.set_num_threads(threads)

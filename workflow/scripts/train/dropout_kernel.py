@@ -7,10 +7,12 @@ its softmax and dropout in one call (cpuddp's encoder, encoder/attention.py).
 
 The seed of each call is drawn from torch's generator (one int64), so a
 run's masks follow from torch.manual_seed and a checkpoint's RNG state,
-as torch's dropout does: exact resume holds. Big tensors are cut into
-chunks run on torch's thread count of Python threads (ctypes releases the
-GIL); the mask depends on the element only, so the result is the same on
-any number of threads.
+as torch's dropout does: exact resume holds. With more than one torch
+thread a tensor is cut into pieces, and a layer's attention into calls of
+whole sequences, run on torch's own OpenMP threads where the build shares
+torch's runtime (the *_calls entry points; kernel_build.py), else on as
+many Python threads (ctypes releases the GIL); the mask depends on the
+element only, so the result is the same on any number of threads.
 """
 
 from __future__ import annotations
@@ -88,6 +90,7 @@ class Kernel:
             function.argtypes = [pointer, pointer, count, ctypes.c_uint64, ctypes.c_uint32, ctypes.c_float, count,
                                  ctypes.c_int]
             function.restype = None
+        self.lib = lib
         self.openmp = kernel_build.shares_torchs_openmp(lib)
         """Calls on torch's OpenMP threads (the *_calls entry points), else on Python threads (run())."""
 

@@ -15,9 +15,15 @@ constructors: the cache and each kernel folder are created 0700, and a
 library is built or loaded only where it and its folder belong to this user
 and nobody else can write (private()); anything else is refused in one line.
 
-ctypes releases the GIL during a call: with more than one torch thread the
-calls run on that many Python threads (run()), big tensors cut into chunks
-of CHUNK elements.
+With more than one torch thread a kernel's calls run in parallel. Built
+with -fopenmp, each kernel has entry points that run them on OpenMP
+threads; the loader gives the library the libgomp.so.1 torch already
+loaded, so they are torch's own threads (shares_torchs_openmp checks that
+one runtime is mapped). Python threads (run(): ctypes releases the GIL)
+remain for a build without OpenMP or beside another runtime: they wait for
+the core that a torch worker still spins on after torch's last parallel
+op (libgomp's spin before it sleeps), which cost a 2-thread rank about
+half its kernels' speed.
 """
 
 from __future__ import annotations

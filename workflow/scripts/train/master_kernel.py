@@ -9,10 +9,11 @@ DDP rank updates its own replica), so each is checked against float_step
 when it loads.
 The build and its cache: train/kernel_build.py.
 
-ctypes releases the GIL during a call: with more than one torch thread the
-calls run on that many Python threads, big tensors cut into chunks of
-CHUNK elements. The chunks are the same whatever the thread count, so
-every result is the same bits on one thread or several.
+A step's calls (a call per chunk of CHUNK elements of a parameter) run on
+torch's OpenMP threads with more than one torch thread (run_calls, where
+the build shares torch's runtime: kernel_build.py), else on as many Python
+threads (ctypes releases the GIL). The chunks are the same whatever the
+thread count, so every result is the same bits on one thread or several.
 """
 
 from __future__ import annotations
