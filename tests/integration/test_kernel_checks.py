@@ -88,9 +88,10 @@ def test_a_compiler_without_openmp_builds_the_kernels_whose_calls_then_run_on_py
     dropout, why = dropout_kernel.build(str(wrapper), tmp_path / "cache")
     master, why_master = master_kernel.build(str(wrapper), tmp_path / "cache")
     assert dropout is not None and master is not None, (why, why_master)
-    assert not dropout.lib.built_with_openmp() and not master.lib.built_with_openmp()
+    assert not kernel_build.links_openmp(dropout.lib) and not kernel_build.links_openmp(master.lib)
     assert not dropout.openmp and not master.openmp
     with_openmp = dropout_kernel.build("cc", tmp_path / "cache-openmp")[0]
+    assert kernel_build.links_openmp(with_openmp.lib)  # cc has OpenMP: the check tells the two builds apart
     x = torch.randn(3 * dropout_kernel.PIECE + 7)
     threads = torch.get_num_threads()
     try:

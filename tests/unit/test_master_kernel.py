@@ -228,7 +228,7 @@ def test_a_steps_calls_run_on_torchs_openmp_threads_with_the_same_bits(monkeypat
     from workflow.scripts.train import kernel_build
 
     kernel, why = master_kernel.load()
-    if kernel is None or not kernel.lib.built_with_openmp():
+    if kernel is None or not kernel_build.links_openmp(kernel.lib):
         pytest.skip(f"the kernel did not build with OpenMP: {why}")
     assert len(kernel_build.openmp_runtimes()) == 1 and kernel.openmp
     args = master_kernel.adamw_args(3e-3, 0.9, 0.99, 0.0, 1e-8, 7.0, 0.5)

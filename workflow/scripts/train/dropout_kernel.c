@@ -408,11 +408,3 @@ void dropout_fp32_calls(const float *x, float *y, int64_t n, uint64_t seed, uint
         dropout_fp32(x + start, y + start, n - start < piece ? n - start : piece, seed, start, dropped, scale);
 }
 
-/* Whether this build runs the *_calls on OpenMP threads (1) or one after the other (0: no -fopenmp). */
-int built_with_openmp(void) {
-#ifdef _OPENMP
-    return 1;
-#else
-    return 0;
-#endif
-}

@@ -95,9 +95,7 @@ class Kernel:
         """Calls on torch's OpenMP threads (the *_calls entry points), else on Python threads (run())."""
 
     def threads(self, calls: int) -> int:
-        """OpenMP threads for `calls` calls: torch's count, 0 where they go through run() instead."""
-        threads = torch.get_num_threads()
-        return threads if self.openmp and threads > 1 and calls > 1 else 0
+        return kernel_build.openmp_threads(self.openmp, calls)
 
     def dropout(self, x: torch.Tensor, seed: int, dropped: int, scale: float) -> torch.Tensor:
         """x x scale where kept, else 0: a new contiguous tensor."""

@@ -169,11 +169,23 @@ def openmp_runtimes() -> set[str]:
         return set()
 
 
+def links_openmp(lib: ctypes.CDLL) -> bool:
+    """Whether `lib` was built with OpenMP: a lookup through its handle searches the library and its
+    own dependencies only, so it finds the runtime's omp_get_max_threads where -fopenmp linked one."""
+    return hasattr(lib, "omp_get_max_threads")
+
+
 def shares_torchs_openmp(lib: ctypes.CDLL) -> bool:
     """Whether `lib` was built with OpenMP and runs on the one runtime in the process, torch's: a
     second runtime (torch on Intel's, say) would start threads of its own beside torch's."""
-    torch.get_num_threads()  # torch's runtime is loaded with torch itself
-    return bool(lib.built_with_openmp()) and len(openmp_runtimes()) == 1
+    return links_openmp(lib) and len(openmp_runtimes()) == 1
+
+
+def openmp_threads(openmp: bool, calls: int) -> int:
+    """Threads for a kernel's `calls` calls on OpenMP (`openmp`: its build shares torch's runtime):
+    torch's thread count where there is parallel work, else 0 (they then go through run())."""
+    threads = torch.get_num_threads()
+    return threads if openmp and threads > 1 and calls > 1 else 0
 
 
 @functools.cache

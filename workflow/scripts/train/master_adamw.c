@@ -190,11 +190,3 @@ void run_calls(const call *calls, int64_t count, int threads, double *sums) {
     }
 }
 
-/* Whether this build runs run_calls on OpenMP threads (1) or one call after the other (0: no -fopenmp). */
-int built_with_openmp(void) {
-#ifdef _OPENMP
-    return 1;
-#else
-    return 0;
-#endif
-}

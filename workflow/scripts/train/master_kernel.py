@@ -157,8 +157,8 @@ class Kernel:
     def run(self, calls: list) -> list:
         """Every call's result, in order: on torch's OpenMP threads where the build shares its runtime
         (run_calls), else kernel_build.run's Python threads."""
-        threads = torch.get_num_threads()
-        if not (self.openmp and threads > 1 and len(calls) > 1):
+        threads = kernel_build.openmp_threads(self.openmp, len(calls))
+        if not threads:
             return run(calls)
         table, sums = (Call * len(calls))(*(as_call(function, args) for function, args, *_ in calls)), \
             (ctypes.c_double * len(calls))()
