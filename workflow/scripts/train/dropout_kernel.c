@@ -21,6 +21,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <math.h>
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #define CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
@@ -359,6 +360,140 @@ CLONES_FMA int attention_backward_bf16(const uint16_t *restrict grad, const uint
     free(probs_f), free(keeps);
     return failed; /* 1: out of memory for the scratch, nothing computed */
 }
+
+/* Dropout, residual add and LayerNorm of rows in one pass (cpuddp's encoder's
+   post-norm sublayers, encoder/layers.py add_norm): s = bf16(dropout(a) + r),
+   y = bf16((s - mean) x rstd x gamma + beta), where torch runs a dropout, an
+   add and a layer norm, each a pass over memory and a dispatch. The dropout
+   is dropout_bf16's, element for element (the hash of the element's index
+   in a), and s is rounded as torch's bf16 add rounds, so s is bit for bit
+   the unfused path's; the norm's moments are summed in float lanes (torch
+   sums them in another order: y may differ from torch's by a bf16 unit).
+   A row is `width` elements; calls take whole rows, and backward's sums
+   for gamma and beta are kept per call (`partial`, [2, width] floats), so
+   that any cut of the same calls gives the same bits. */
+
+/* Lane-wise sum of x[0 .. n - 1] (any n), the lanes added in order. */
+static INLINE float lane_sum(const float *x, int64_t n) {
+    float lanes[LANES] = {0};
+    int64_t whole = n - n % LANES;
+    for (int64_t j = 0; j < whole; j += LANES)
+        for (int k = 0; k < LANES; k++) lanes[k] += x[j + k];
+    for (int64_t j = whole; j < n; j++) lanes[j - whole] += x[j];
+    float sum = 0.0f;
+    for (int k = 0; k < LANES; k++) sum += lanes[k];
+    return sum;
+}
+
+CLONES_FMA int add_norm_forward_bf16(const uint16_t *restrict a, const uint16_t *restrict r,
+                                     const uint16_t *restrict gamma, const uint16_t *restrict beta, int64_t width,
+                                     int64_t first, int64_t rows, uint64_t seed, uint32_t dropped, float scale,
+                                     float eps, uint16_t *restrict s, uint16_t *restrict y, float *restrict mean,
+                                     float *restrict rstd) {
+    uint32_t lo = (uint32_t)seed, hi = (uint32_t)(seed >> 32);
+    float *x = (float *)aligned_alloc(64, (size_t)(2 * width + LANES) * sizeof(float)), *t = x + width;
+    if (!x) return 1;
+    for (int64_t i = first; i < first + rows; i++) {
+        const uint16_t *ai = a + i * width, *ri = r + i * width;
+        uint16_t *si = s + i * width, *yi = y + i * width;
+        uint32_t base = (uint32_t)(i * width);
+        for (int64_t j = 0; j < width; j++) {
+            uint16_t kept = (uint16_t)(round_bf16(bf16_value(ai[j]) * scale) &
+                                       keep_mask(base + (uint32_t)j, lo, hi, dropped));
+            uint16_t sum = round_bf16(bf16_value(kept) + bf16_value(ri[j]));
+            si[j] = sum;
+            x[j] = bf16_value(sum);
+        }
+        float m = lane_sum(x, width) / (float)width;
+        for (int64_t j = 0; j < width; j++) t[j] = (x[j] - m) * (x[j] - m);
+        float var = lane_sum(t, width) / (float)width;
+        float rs = 1.0f / sqrtf(var + eps), shift = -m * rs;
+        for (int64_t j = 0; j < width; j++)
+            yi[j] = round_bf16((x[j] * rs + shift) * bf16_value(gamma[j]) + bf16_value(beta[j]));
+        mean[i] = m, rstd[i] = rs;
+    }
+    free(x);
+    return 0;
+}
+
+/* The gradients of a and r from dy, the norm's output gradient (dr is the
+   norm's input gradient rounded to bf16, da its dropout: dropout_bf16 of
+   dr), and this call's sums over its rows of dy x xhat and dy into
+   partial[0 .. width - 1] and partial[width ..]. */
+CLONES_FMA int add_norm_backward_bf16(const uint16_t *restrict dy, const uint16_t *restrict s,
+                                      const uint16_t *restrict gamma, const float *restrict mean,
+                                      const float *restrict rstd, int64_t width, int64_t first, int64_t rows,
+                                      uint64_t seed, uint32_t dropped, float scale, uint16_t *restrict da,
+                                      uint16_t *restrict dr, float *restrict partial) {
+    uint32_t lo = (uint32_t)seed, hi = (uint32_t)(seed >> 32);
+    float *xhat = (float *)aligned_alloc(64, (size_t)(3 * width + LANES) * sizeof(float));
+    if (!xhat) return 1;
+    float *g = xhat + width, *gx = g + width;
+    for (int64_t j = 0; j < 2 * width; j++) partial[j] = 0.0f;
+    for (int64_t i = first; i < first + rows; i++) {
+        const uint16_t *dyi = dy + i * width, *si = s + i * width;
+        uint16_t *dai = da + i * width, *dri = dr + i * width;
+        uint32_t base = (uint32_t)(i * width);
+        float m = mean[i], rs = rstd[i];
+        for (int64_t j = 0; j < width; j++) {
+            float d = bf16_value(dyi[j]);
+            xhat[j] = (bf16_value(si[j]) - m) * rs;
+            g[j] = d * bf16_value(gamma[j]);
+            gx[j] = g[j] * xhat[j];
+            partial[j] += d * xhat[j];
+            partial[width + j] += d;
+        }
+        float mean_g = lane_sum(g, width) / (float)width, mean_gx = lane_sum(gx, width) / (float)width;
+        for (int64_t j = 0; j < width; j++) {
+            uint16_t grad = round_bf16(rs * (g[j] - mean_g - xhat[j] * mean_gx));
+            dri[j] = grad;
+            dai[j] = (uint16_t)(round_bf16(bf16_value(grad) * scale) & keep_mask(base + (uint32_t)j, lo, hi, dropped));
+        }
+    }
+    free(xhat);
+    return 0;
+}
+
+/* gamma's and beta's gradients: the `calls` partial sums ([2, width] each) added in call order, rounded. */
+void add_norm_partials_bf16(const float *partials, int64_t calls, int64_t width, uint16_t *dgamma, uint16_t *dbeta) {
+    for (int64_t j = 0; j < width; j++) {
+        float sum_gamma = 0.0f, sum_beta = 0.0f;
+        for (int64_t c = 0; c < calls; c++) {
+            sum_gamma += partials[c * 2 * width + j];
+            sum_beta += partials[c * 2 * width + width + j];
+        }
+        dgamma[j] = round_bf16(sum_gamma), dbeta[j] = round_bf16(sum_beta);
+    }
+}
+
+/* Rows first .. first + rows - 1 in calls of `rows_per_call` (first a multiple of it) on `threads` OpenMP threads. */
+int add_norm_forward_bf16_calls(const uint16_t *a, const uint16_t *r, const uint16_t *gamma, const uint16_t *beta,
+                                int64_t width, int64_t first, int64_t rows, int64_t rows_per_call, int threads,
+                                uint64_t seed, uint32_t dropped, float scale, float eps, uint16_t *s, uint16_t *y,
+                                float *mean, float *rstd) {
+    int failed = 0;
+#pragma omp parallel for num_threads(threads) schedule(static) reduction(| : failed)
+    for (int64_t start = first; start < first + rows; start += rows_per_call)
+        failed |= add_norm_forward_bf16(a, r, gamma, beta, width, start,
+                                        first + rows - start < rows_per_call ? first + rows - start : rows_per_call,
+                                        seed, dropped, scale, eps, s, y, mean, rstd);
+    return failed;
+}
+
+/* Backward's calls, each its partial sums at partials + call x 2 x width (add_norm_partials_bf16 adds them). */
+int add_norm_backward_bf16_calls(const uint16_t *dy, const uint16_t *s, const uint16_t *gamma, const float *mean,
+                                 const float *rstd, int64_t width, int64_t first, int64_t rows, int64_t rows_per_call,
+                                 int threads, uint64_t seed, uint32_t dropped, float scale, uint16_t *da,
+                                 uint16_t *dr, float *partials) {
+    int failed = 0;
+#pragma omp parallel for num_threads(threads) schedule(static) reduction(| : failed)
+    for (int64_t start = first; start < first + rows; start += rows_per_call)
+        failed |= add_norm_backward_bf16(dy, s, gamma, mean, rstd, width, start,
+                                         first + rows - start < rows_per_call ? first + rows - start : rows_per_call,
+                                         seed, dropped, scale, da, dr, partials + start / rows_per_call * 2 * width);
+    return failed;
+}
+
 #pragma GCC pop_options
 
 /* The calls of a layer's attention (the sequences `firsts[c]` .. + `counts[c]` - 1 each) on `threads`

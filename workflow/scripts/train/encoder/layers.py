@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from workflow.scripts.train.bucket_grads import linear
+from workflow.scripts.train.add_norm import KernelAddNorm
 from workflow.scripts.train.dropout_kernel import KernelDropout
 from workflow.scripts.train.encoder import attention as packed_attention
 from workflow.scripts.train.encoder.packing import Packed, bucketed_rows
@@ -44,6 +45,20 @@ def dropout(x: torch.Tensor, p: float, training: bool, kernel) -> torch.Tensor:
     return F.dropout(x, p, training=True)
 
 
+def add_norm(x: torch.Tensor, residual: torch.Tensor, norm: nn.LayerNorm, p: float, training: bool, kernel,
+             fused: bool = True) -> torch.Tensor:
+    """norm(dropout(x) + residual): with `fused`, the kernel's one pass
+    (KernelAddNorm) where all four are bf16 outside autocast (bf16_master),
+    else torch's ops. The pass gives the unfused dropout and sum bit for
+    bit; the norm's moments are summed in another order, and its gamma and
+    beta gradients in float, where torch's bf16 backward lands about 5% off
+    a float64 reference at 1,728 rows (ours 0.2%)."""
+    if (fused and kernel is not None and x.dtype == residual.dtype == norm.weight.dtype == torch.bfloat16
+            and x.dim() == 2 and x.shape == residual.shape and not torch.is_autocast_enabled("cpu")):
+        return KernelAddNorm.apply(x, residual, norm.weight, norm.bias, p if training else 0.0, norm.eps, kernel)
+    return norm(dropout(x, p, training, kernel) + residual)
+
+
 class Embeddings(nn.Module):
     def __init__(self, spec: Spec):
         super().__init__()
@@ -56,7 +71,7 @@ class Embeddings(nn.Module):
         self.p = spec.hidden_dropout
 
     def forward(self, ids, position_ids, token_type_ids, kernel, grad_pool=None, rows: int = 0,
-                views=None) -> torch.Tensor:
+                views=None, fused_norm: bool = True) -> torch.Tensor:
         """[tokens, hidden], zero rows appended up to `rows` (bucketed_rows) before the projection."""
         if grad_pool is not None:  # the word embedding's gradient in a table kept across steps
             from workflow.scripts.train.embedding_grad import _ReusedGradEmbedding
@@ -67,7 +82,7 @@ class Embeddings(nn.Module):
         if self.token_type is not None:
             types = torch.zeros_like(ids) if token_type_ids is None else token_type_ids
             x = x + self.token_type(types)
-        x = self.norm(x + self.position(position_ids))
+        x = add_norm(x, self.position(position_ids), self.norm, 0.0, self.training, kernel, fused_norm)
         x = _pad_rows(dropout(x, self.p, self.training, kernel), rows)
         return x if self.project is None else linear(self.project, x, views)
 
@@ -95,23 +110,23 @@ class Layer(nn.Module):
                                                              spec.hidden_dropout)
 
     def forward(self, x: torch.Tensor, packed: Packed, kernel, first_token: bool = False,
-                views=None) -> torch.Tensor:
+                views=None, fused_norm: bool = True) -> torch.Tensor:
         """x: [rows, hidden] -> [rows, hidden], or [sequences, hidden] (each
         sequence's first token) with first_token; keys and values from every
         token. Rows past the packed tokens (bucketed_rows) take part in every
         row-wise op and in no attention: their outputs reach no token, so
         their gradients are zero. `views`: bucket_grads' (None: torch's
-        backward for the linear layers)."""
+        backward for the linear layers); `fused_norm`: add_norm's one pass."""
         training = self.training
         residual = x.index_select(0, packed.first_rows()) if first_token else x
         context = packed_attention.attention(
             linear(self.query, residual, views), linear(self.key, x, views), linear(self.value, x, views), packed,
             self.heads, self.scaling, self.p_attention if training else 0.0, first_token, kernel)
-        attended = dropout(linear(self.attention_output, context, views), self.p_attention_output, training, kernel)
-        attended = self.attention_norm(attended + residual)
+        attended = add_norm(linear(self.attention_output, context, views), residual, self.attention_norm,
+                            self.p_attention_output, training, kernel, fused_norm)
         inner = self.act(linear(self.ffn_in, attended, views))
-        out = dropout(linear(self.ffn_out, inner, views), self.p, training, kernel)
-        return self.ffn_norm(out + attended)
+        return add_norm(linear(self.ffn_out, inner, views), attended, self.ffn_norm, self.p, training, kernel,
+                        fused_norm)
 
 
 class Encoder(nn.Module):
@@ -122,6 +137,9 @@ class Encoder(nn.Module):
         self.reads_first_tokens = spec.task == "classification"
         self.first_token_only = self.reads_first_tokens
         """The last layer computes the first tokens alone (False: every token, for measuring what that saves)."""
+        self.fused_norm = True
+        """The embeddings' and each layer's (dropout,) residual add and LayerNorm in one kernel pass where the
+        kernel is built (False: torch's ops, for measuring what that saves)."""
         self.kernel = None  # the hash-dropout kernel (build): None for torch's dropout
         self.grad_pool = None  # embedding_grad reuse (build): None for torch's embedding backward
         self.bucket_views = None  # grad_buckets direct (train/bucket_grads.py): None for torch's linear backward
@@ -133,11 +151,12 @@ class Encoder(nn.Module):
         inside, so that a few row counts recur across steps."""
         rows = bucketed_rows(packed.tokens) if _bf16_matmuls(self.layers[0].query.weight) else 0
         views = self.bucket_views
-        x = self.embeddings(ids, position_ids, token_type_ids, self.kernel, self.grad_pool, rows, views)
+        x = self.embeddings(ids, position_ids, token_type_ids, self.kernel, self.grad_pool, rows, views,
+                            self.fused_norm)
         *inner, last = self.layers
         for layer in inner:
-            x = layer(x, packed, self.kernel, views=views)
-        out = last(x, packed, self.kernel, first_token=self.first_token_only, views=views)
+            x = layer(x, packed, self.kernel, views=views, fused_norm=self.fused_norm)
+        out = last(x, packed, self.kernel, first_token=self.first_token_only, views=views, fused_norm=self.fused_norm)
         if self.reads_first_tokens and not self.first_token_only:
             return out.index_select(0, packed.first_rows())
         return out if self.first_token_only else out[:packed.tokens]

@@ -1,0 +1,135 @@
+"""The dropout, residual add and LayerNorm of cpuddp's encoder in one kernel
+pass (train/add_norm.py, dropout_kernel.c add_norm_*): the unfused
+dropout and sum bit for bit, the norm within a bf16 unit of torch's, the
+gradients within bf16's rounding of a float64 reference (gamma's and
+beta's far closer than torch's bf16 backward), the same bits on one
+thread, two OpenMP threads or two Python threads, and in the encoder on
+bf16 weights only."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from helpers.tiny_family import batch, run, tiny_hf
+from workflow.scripts.train import add_norm, dropout_kernel, encoder, master
+from workflow.scripts.train.add_norm import KernelAddNorm
+from workflow.scripts.train.dropout_kernel import KernelDropout
+from workflow.scripts.train.encoder import layers
+
+ROWS, WIDTH = 203, 384  # not a multiple of the calls' 16 rows
+
+
+@pytest.fixture
+def kernel(hash_dropout_kernel):
+    if hash_dropout_kernel[0] is None:
+        pytest.skip(f"the dropout kernel did not build: {hash_dropout_kernel[1]}")
+    return hash_dropout_kernel[0]
+
+
+def inputs(rows: int = ROWS, width: int = WIDTH):
+    generator = torch.Generator().manual_seed(0)
+    a, r, grad = (torch.randn(rows, width, generator=generator).bfloat16() for _ in range(3))
+    weight = (1 + 0.1 * torch.randn(width, generator=generator)).bfloat16()
+    bias = (0.1 * torch.randn(width, generator=generator)).bfloat16()
+    return a, r, weight, bias, grad
+
+
+def fused(kernel, a, r, weight, bias, grad, p: float = 0.1, seed: int = 3):
+    """(y, da, dr, dweight, dbias) of KernelAddNorm, torch's generator at `seed`."""
+    leaves = [t.clone().requires_grad_() for t in (a, r, weight, bias)]
+    torch.manual_seed(seed)
+    y = KernelAddNorm.apply(*leaves, p, 1e-12, kernel)
+    y.backward(grad)
+    return (y.detach(), *(t.grad for t in leaves))
+
+
+def test_the_dropout_and_the_sum_are_the_unfused_ones_bit_for_bit_and_the_norm_within_a_bf16_unit(kernel):
+    a, r, weight, bias, _ = inputs()
+    seed, threshold, scale = 0x1234_5678_9ABC_DEF0, dropout_kernel.dropped(0.1), dropout_kernel.keep_scale(0.1)
+    s, y, mean, rstd = add_norm.forward(kernel, a, r, weight, bias, 1e-12, seed, threshold, scale)
+    unfused = kernel.dropout(a, seed, threshold, scale) + r
+    assert torch.equal(s, unfused)
+    want = F.layer_norm(unfused.float(), (WIDTH,), weight.float(), bias.float(), 1e-12)
+    assert (y.float() - want).abs().max() <= 2 ** -7 * want.abs().max()  # at most a bf16 unit of the largest
+    assert (y != want.bfloat16()).float().mean() < 0.01
+    torch.testing.assert_close(mean, unfused.float().mean(1), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(rstd, unfused.float().var(1, unbiased=False).add(1e-12).rsqrt(), rtol=1e-5, atol=0)
+
+
+def test_gradients_are_float64s_within_bf16_rounding_and_dropout_follows_the_same_mask(kernel):
+    a, r, weight, bias, grad = inputs(rows=1728)
+    y, da, dr, dweight, dbias = fused(kernel, a, r, weight, bias, grad, p=0.0)
+    leaves = [t.double().requires_grad_() for t in (a, r, weight, bias)]
+    F.layer_norm(leaves[0] + leaves[1], (WIDTH,), leaves[2], leaves[3], 1e-12).backward(grad.double())
+    torch_leaves = [t.clone().requires_grad_() for t in (a, r, weight, bias)]
+    F.layer_norm(torch_leaves[0] + torch_leaves[1], (WIDTH,), torch_leaves[2], torch_leaves[3], 1e-12).backward(grad)
+
+    def error(got, want):
+        return float((got.double() - want).norm() / want.norm())
+
+    assert torch.equal(da, dr)  # p 0: the add passes the gradient on as it is
+    assert error(dr, leaves[1].grad) < 3e-3  # a bf16 rounding of each element (2^-9 relative, on average)
+    for ours, theirs, want in ((dweight, torch_leaves[2].grad, leaves[2].grad),
+                               (dbias, torch_leaves[3].grad, leaves[3].grad)):
+        assert error(ours, want) < 3e-3 < error(theirs, want) / 4  # torch's bf16 backward: about 5% off
+    _, da, dr, _, _ = fused(kernel, a, r, weight, bias, grad, p=0.1)
+    torch.manual_seed(3)
+    seed = dropout_kernel.draw_seed()
+    assert torch.equal(da, kernel.dropout(dr, seed, dropout_kernel.dropped(0.1), dropout_kernel.keep_scale(0.1)))
+    assert 0.08 < float((da == 0).float().mean()) < 0.12
+
+
+def test_the_same_bits_on_one_thread_two_openmp_threads_or_two_python_threads(kernel, monkeypatch):
+    a, r, weight, bias, grad = inputs()
+    threads = torch.get_num_threads()
+    results = []
+    try:
+        for count, openmp in ((1, kernel.openmp), (2, kernel.openmp), (2, False)):
+            torch.set_num_threads(count)
+            monkeypatch.setattr(kernel, "openmp", openmp)
+            results.append(fused(kernel, a, r, weight, bias, grad))
+    finally:
+        torch.set_num_threads(threads)
+    for other in results[1:]:
+        assert all(torch.equal(x, y) for x, y in zip(results[0], other))
+
+
+def test_the_encoder_takes_the_pass_on_bf16_weights_and_torchs_ops_otherwise(kernel):
+    model, _ = encoder.build(tiny_hf("Bert", "classification"), "classification", hash_dropout=True)
+    data = batch([12, 7, 12, 3, 9, 7], 12, "classification")
+
+    def ops(model) -> dict:
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            torch.manual_seed(1)
+            out = run(model, data, "classification")
+        return out, {event.key: event.count for event in prof.key_averages()}
+
+    model.train()
+    _, fp32 = ops(model)  # fp32 weights: torch's dropout, add and norm
+    assert "KernelAddNorm" not in fp32 and fp32["aten::native_layer_norm"] == 1 + 2 * len(model.encoder.layers)
+    master.to_bf16_encoder(model)
+    got, calls = ops(model)
+    assert calls["KernelAddNorm"] == 1 + 2 * len(model.encoder.layers) and "aten::native_layer_norm" not in calls
+    model.encoder.fused_norm = False
+    want, unfused = ops(model)
+    assert "KernelAddNorm" not in unfused
+    torch.testing.assert_close(got[0]["loss"], want[0]["loss"], rtol=2e-2, atol=2e-2)
+    for name, grad in want[1].items():
+        assert (got[1][name].float() - grad.float()).norm() <= 0.05 * grad.float().norm() + 1e-3, name
+
+
+def test_without_the_kernel_or_in_autocast_add_norm_is_torchs(kernel):
+    a, r, weight, bias, _ = inputs(rows=8)
+    norm = torch.nn.LayerNorm(WIDTH, eps=1e-12).bfloat16()
+    with torch.no_grad():
+        norm.weight.copy_(weight), norm.bias.copy_(bias)
+    want = norm(a + r)
+    assert torch.equal(layers.add_norm(a, r, norm, 0.1, False, None), want)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert torch.equal(layers.add_norm(a, r, norm, 0.1, False, kernel), norm(a + r))
+    torch.manual_seed(0)
+    dropped = KernelDropout.apply(a, 0.1, kernel)
+    torch.manual_seed(0)
+    assert torch.equal(layers.add_norm(a, r, norm, 0.1, True, kernel, fused=False), norm(dropped + r))
