@@ -133,3 +133,17 @@ def test_without_the_kernel_or_in_autocast_add_norm_is_torchs(kernel):
     dropped = KernelDropout.apply(a, 0.1, kernel)
     torch.manual_seed(0)
     assert torch.equal(layers.add_norm(a, r, norm, 0.1, True, kernel, fused=False), norm(dropped + r))
+
+
+@pytest.mark.parametrize("openmp", [True, False])
+def test_no_rows_give_empty_outputs_and_zero_gradients(kernel, monkeypatch, openmp):
+    a, r, weight, bias, grad = (t[:0] if t.dim() == 2 else t for t in inputs())
+    threads = torch.get_num_threads()
+    monkeypatch.setattr(kernel, "openmp", openmp and kernel.openmp)
+    try:
+        torch.set_num_threads(2)
+        y, da, dr, dweight, dbias = fused(kernel, a, r, weight, bias, grad)
+    finally:
+        torch.set_num_threads(threads)
+    assert y.shape == da.shape == dr.shape == (0, WIDTH)
+    assert not dweight.any() and not dbias.any()

@@ -54,7 +54,7 @@ def row_pieces(kernel: Kernel, rows: int) -> tuple[int, list[tuple[int, int]]]:
     threads = torch.get_num_threads()
     if kernel.openmp or threads == 1:
         return threads, [(0, rows)]
-    step = -(-rows // threads // NORM_ROWS) * NORM_ROWS
+    step = max(1, -(-rows // threads // NORM_ROWS)) * NORM_ROWS
     return 1, [(first, min(step, rows - first)) for first in range(0, rows, step)]
 
 
