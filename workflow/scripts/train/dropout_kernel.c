@@ -391,8 +391,9 @@ CLONES_FMA int add_norm_forward_bf16(const uint16_t *restrict a, const uint16_t 
                                      float eps, uint16_t *restrict s, uint16_t *restrict y, float *restrict mean,
                                      float *restrict rstd) {
     uint32_t lo = (uint32_t)seed, hi = (uint32_t)(seed >> 32);
-    float *x = (float *)aligned_alloc(64, (size_t)(2 * width + LANES) * sizeof(float)), *t = x + width;
+    float *x = (float *)scratch(chunks_of(2 * width));
     if (!x) return 1;
+    float *t = x + width;
     for (int64_t i = first; i < first + rows; i++) {
         const uint16_t *ai = a + i * width, *ri = r + i * width;
         uint16_t *si = s + i * width, *yi = y + i * width;
@@ -426,7 +427,7 @@ CLONES_FMA int add_norm_backward_bf16(const uint16_t *restrict dy, const uint16_
                                       uint64_t seed, uint32_t dropped, float scale, uint16_t *restrict da,
                                       uint16_t *restrict dr, float *restrict partial) {
     uint32_t lo = (uint32_t)seed, hi = (uint32_t)(seed >> 32);
-    float *xhat = (float *)aligned_alloc(64, (size_t)(3 * width + LANES) * sizeof(float));
+    float *xhat = (float *)scratch(chunks_of(3 * width));
     if (!xhat) return 1;
     float *g = xhat + width, *gx = g + width;
     for (int64_t j = 0; j < 2 * width; j++) partial[j] = 0.0f;
