@@ -373,6 +373,12 @@ CLONES_FMA int attention_backward_bf16(const uint16_t *restrict grad, const uint
    for gamma and beta are kept per call (`partial`, [2, width] floats), so
    that any cut of the same calls gives the same bits. */
 
+/* keep_mask, or all ones without a hash where nothing is dropped (p 0: the embeddings' norm, evaluation);
+   the test is loop-invariant, so the compiler hoists it out of a row's loop. */
+static INLINE uint32_t keep_mask_or_all(uint32_t index, uint32_t lo, uint32_t hi, uint32_t dropped) {
+    return dropped ? keep_mask(index, lo, hi, dropped) : 0xffffffffu;
+}
+
 /* Lane-wise sum of x[0 .. n - 1] (any n), the lanes added in order. */
 static INLINE float lane_sum(const float *x, int64_t n) {
     float lanes[LANES] = {0};
@@ -400,7 +406,7 @@ CLONES_FMA int add_norm_forward_bf16(const uint16_t *restrict a, const uint16_t 
         uint32_t base = (uint32_t)(i * width);
         for (int64_t j = 0; j < width; j++) {
             uint16_t kept = (uint16_t)(round_bf16(bf16_value(ai[j]) * scale) &
-                                       keep_mask(base + (uint32_t)j, lo, hi, dropped));
+                                       keep_mask_or_all(base + (uint32_t)j, lo, hi, dropped));
             uint16_t sum = round_bf16(bf16_value(kept) + bf16_value(ri[j]));
             si[j] = sum;
             x[j] = bf16_value(sum);
@@ -448,7 +454,8 @@ CLONES_FMA int add_norm_backward_bf16(const uint16_t *restrict dy, const uint16_
         for (int64_t j = 0; j < width; j++) {
             uint16_t grad = round_bf16(rs * (g[j] - mean_g - xhat[j] * mean_gx));
             dri[j] = grad;
-            dai[j] = (uint16_t)(round_bf16(bf16_value(grad) * scale) & keep_mask(base + (uint32_t)j, lo, hi, dropped));
+            dai[j] = (uint16_t)(round_bf16(bf16_value(grad) * scale) &
+                                keep_mask_or_all(base + (uint32_t)j, lo, hi, dropped));
         }
     }
     free(xhat);
