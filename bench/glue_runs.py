@@ -2,7 +2,7 @@
 transformers Trainer at its best, on data with real GLUE length
 histograms, in paired rounds (`make bench`).
 
-    .venv/bin/python -m bench.glue_runs [--tasks mrpc,sst2] [--rounds 3] [--train-size N]
+    .venv/bin/python -m bench.glue_runs [--tasks mrpc,sst2] [--rounds 3] [--train-size N] [--fp32]
 
 Per task: examples generated to the task's real token lengths under
 MiniLM's tokenizer (bench/real_lengths.py: ../shared/data/glue-lengths.json),
@@ -22,7 +22,8 @@ layout of that round, so a noisy minute touches both sides of one ratio.
 It prints every run (cpuddp's with rank 0's update split into phases, and
 its fixed cost against its cost per real token: train/step_phases.py), then
 per side the median, min and max over rounds, and the ratio's median and
-spread; --json writes them.
+spread; --json writes them. `--fp32` runs both sides in fp32, the precision
+a CPU without native bf16 (AVX2 only) trains in, on this CPU's kernels.
 
 The training counts: MRPC's 3,667 pairs (115 steps), SST-2's 67,349
 sentences (1,053 steps) unless --train-size cuts them (SST-2's default
@@ -63,14 +64,14 @@ def trainer_run(work: Path, model: str, data: Path, task: str, bf16: bool, tag: 
                                    global_batch=GLOBAL_BATCH[task])
 
 
-def cpuddp_run(work: Path, model: str, data: Path, task: str, tag: str) -> dict:
+def cpuddp_run(work: Path, model: str, data: Path, task: str, tag: str, precision: str = "auto") -> dict:
     """cpuddp at its defaults: precision and levers its own, and the layout as `processes_per_node: auto`
     picks it for this global batch (train/tune.py's bursts, measured in the first round into this bench's
     own layout cache, read from it after), split as the workflow's environment check splits it."""
     from workflow.scripts.train import tune
     from workflow.scripts.train.runs import run_training
 
-    config = train_bench.full_config(model, None, "auto", task=task, layout=(1, 2), global_batch=GLOBAL_BATCH[task],
+    config = train_bench.full_config(model, None, precision, task=task, layout=(1, 2), global_batch=GLOBAL_BATCH[task],
                                      epochs=1)
     config["distributed"].update(processes_per_node="auto", threads_per_process="auto")
     bursts = work / f"bursts-{tag}"
@@ -96,7 +97,8 @@ def spread(values: list[float]) -> str:
     return f"median {statistics.median(values):.2f} (min {min(values):.2f}, max {max(values):.2f})"
 
 
-def run_task(work: Path, model: str, task: str, rounds: int, size: int | None, bf16: bool, peak: float) -> dict:
+def run_task(work: Path, model: str, task: str, rounds: int, size: int | None, bf16: bool, peak: float,
+             precision: str = "auto") -> dict:
     n = train_size(task, size)
     data = train_bench.prepare(work, model, n_train=n, n_dev=256, task=task)
     print(f"{real_lengths.FILE_KEYS[task]}: {n} examples, {train_bench.length_summary(data)}; global batch "
@@ -105,7 +107,7 @@ def run_task(work: Path, model: str, task: str, rounds: int, size: int | None, b
     for i in range(rounds):
         trainer = {tag: trainer_run(work, model, data, task, bf16, f"r{i}-{tag}", layout)
                    for tag, layout in LAYOUTS.items()}
-        ours = cpuddp_run(work, model, data, task, f"r{i}")
+        ours = cpuddp_run(work, model, data, task, f"r{i}", precision)
         if i == 0:
             print(f"  layout: {ours['layout_reason']}", flush=True)
         best = max(trainer, key=lambda t: trainer[t].get("sps", 0.0))
@@ -137,10 +139,12 @@ def main() -> None:
     parser.add_argument("--train-size", type=int, default=None, help="examples per task (default: the real count; "
                                                                      "SST-2 16,384)")
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--fp32", action="store_true", help="both sides in fp32, as on a CPU without native bf16 "
+                                                            "(an AVX2-only CPU's precision; this CPU's kernels)")
     args = parser.parse_args()
     prepare_job_environment(str(Path(__file__).resolve().parents[1]))
     cpu = hardware.cpu_summary()
-    bf16 = hardware.has_native_bf16(cpu["isa_flags"])
+    bf16 = hardware.has_native_bf16(cpu["isa_flags"]) and not args.fp32
     print(f"CPU {hardware.cpu_tag(cpu)}; {time.strftime('%Y-%m-%d %H:%M')}; python -m bench.glue_runs "
           f"{' '.join(sys.argv[1:])}; the Trainer in {'bf16' if bf16 else 'fp32'}", flush=True)
     model = cfg.resolve_model(train_bench.MODEL)
@@ -152,7 +156,8 @@ def main() -> None:
     results = {"cpu": hardware.cpu_tag(cpu), "tasks": {}}
     with tempfile.TemporaryDirectory(prefix="cpuddp-glue-runs-") as tmp:
         for task in args.tasks.split(","):
-            results["tasks"][task] = run_task(Path(tmp) / task, model, task, args.rounds, args.train_size, bf16, peak)
+            results["tasks"][task] = run_task(Path(tmp) / task, model, task, args.rounds, args.train_size, bf16, peak,
+                                              "fp32" if args.fp32 else "auto")
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n")
 
