@@ -1,7 +1,7 @@
 """Attention on packed tokens (workflow/scripts/train/encoder/attention.py):
-the kernel's attention (bf16: every sequence and head of a layer in one C
-call, scale, softmax and dropout in the same pass, the mask recomputed in
-backward) gives what autograd gives on the same arithmetic in fp32 with
+the kernel's attention (bf16 or fp32: every sequence and head of a layer in
+one C call, scale, softmax and dropout in the same pass, the mask recomputed
+in backward) gives what autograd gives on the same arithmetic in float64 with
 the same masks, for every token's queries and for first tokens alone, on
 one thread or two."""
 
@@ -19,6 +19,8 @@ LENGTHS = [9, 9, 6, 6, 6, 2]  # packed longest first: three groups
 # And a head as wide as BERT-base's, over sequences longer than the kernel's 4 x 16-key blocks
 # of a block's 4 rows, with partial blocks of rows and keys left over (dropout_kernel.c, mac).
 SHAPES = {"small": (HEADS, SIZE, LENGTHS), "wide": (2, 64, [70, 33, 17, 5])}
+# Relative error allowed in norm (output, gradients): bf16's rounding of the inputs and outputs, or fp32's sums.
+TOLERANCE = {torch.bfloat16: (0.02, 0.03), torch.float32: (1e-5, 1e-5)}
 
 
 @pytest.fixture
@@ -29,7 +31,7 @@ def kernel(hash_dropout_kernel):
 
 
 def reference(q, k, v, packed, p, seed, first_token, heads=HEADS, size=SIZE):
-    """The same attention by autograd in fp32, sequence by sequence, the kernel's masks from
+    """The same attention by autograd in float64, sequence by sequence, the kernel's masks from
     their definition: element e of the flat probs ([heads, queries, keys] per sequence) kept by hash(seed, e)."""
     total = sum(heads * (1 if first_token else n) * n for n in packed.lengths)
     keep = dropout_kernel.keep_reference(total, seed, dropout_kernel.dropped(p))
@@ -50,7 +52,8 @@ def reference(q, k, v, packed, p, seed, first_token, heads=HEADS, size=SIZE):
 @pytest.mark.parametrize("first_token", [False, True])
 @pytest.mark.parametrize("p", [0.0, 0.25])
 @pytest.mark.parametrize("shape", SHAPES)
-def test_the_kernels_attention_is_autograds_with_the_same_masks(kernel, monkeypatch, p, first_token, shape):
+@pytest.mark.parametrize("dtype", TOLERANCE)
+def test_the_kernels_attention_is_autograds_with_the_same_masks(kernel, monkeypatch, p, first_token, shape, dtype):
     heads, size, lengths = SHAPES[shape]
     packed = from_offsets([0, *torch.tensor(lengths).cumsum(0).tolist()])
     torch.manual_seed(0)
@@ -58,25 +61,28 @@ def test_the_kernels_attention_is_autograds_with_the_same_masks(kernel, monkeypa
     q = torch.randn(packed.batch if first_token else packed.tokens, heads * size)
     weights = torch.randn(q.shape[0], heads * size)
     monkeypatch.setattr(attention, "draw_seed", lambda: 0x0123456789ABCDEF)
-    low = [t.bfloat16().requires_grad_() for t in (q, k, v)]
+    low = [t.to(dtype).clone().requires_grad_() for t in (q, k, v)]
     out = attention.attention(*low, packed, heads, size ** -0.5, p, first_token, kernel)
+    assert out.grad_fn.name() == "PackedAttentionBackward" and out.dtype == dtype
     (out.float() * weights).sum().backward()
-    full = [t.bfloat16().float().requires_grad_() for t in (q, k, v)]
+    full = [t.to(dtype).double().detach().requires_grad_() for t in (q, k, v)]
     want = reference(*full, packed, p, 0x0123456789ABCDEF if p else 0, first_token, heads, size)
-    (want * weights).sum().backward()
+    (want * weights.double()).sum().backward()
     assert out.shape == want.shape
-    assert (out.float() - want).norm() <= 0.02 * want.norm()
+    tolerance_out, tolerance_grad = TOLERANCE[dtype]
+    assert (out.double() - want).norm() <= tolerance_out * want.norm()
     for got, expected in zip(low, full):
-        assert (got.grad.float() - expected.grad).norm() <= 0.03 * expected.grad.norm()
+        assert (got.grad.double() - expected.grad).norm() <= tolerance_grad * expected.grad.norm()
 
 
 @pytest.mark.parametrize("first_token", [False, True])
-def test_the_same_bits_on_one_thread_or_two(kernel, monkeypatch, first_token):
+@pytest.mark.parametrize("dtype", TOLERANCE)
+def test_the_same_bits_on_one_thread_or_two(kernel, monkeypatch, first_token, dtype):
     """Two threads cut the sequences into two calls; every mask and sum is per element, so nothing changes."""
     packed = from_offsets([0, *torch.tensor(LENGTHS).cumsum(0).tolist()])
     torch.manual_seed(1)
-    k, v = (torch.randn(packed.tokens, HEADS * SIZE, dtype=torch.bfloat16) for _ in range(2))
-    q = torch.randn(packed.batch if first_token else packed.tokens, HEADS * SIZE, dtype=torch.bfloat16)
+    k, v = (torch.randn(packed.tokens, HEADS * SIZE, dtype=dtype) for _ in range(2))
+    q = torch.randn(packed.batch if first_token else packed.tokens, HEADS * SIZE, dtype=dtype)
     monkeypatch.setattr(attention, "draw_seed", lambda: 7)
     results, threads = [], torch.get_num_threads()
     try:

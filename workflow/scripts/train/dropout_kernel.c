@@ -110,13 +110,14 @@ static inline float exp_nonpositive(float x) {
    even for the scores, and no per-length batched matmuls from Python.
 
    q [query rows, heads x size], k and v [tokens, heads x size] are the
-   projections' bf16 rows as they are; sequence s has keys k_off[s] ..
+   projections' rows as they are, bf16 or fp32 (one entry point each, the
+   same code); sequence s has keys k_off[s] ..
    k_off[s + 1] - 1 and queries q_off[s] .. q_off[s + 1] - 1 (every token, or
    its first token alone). Per sequence and head, in float: scores = q k^T x
    scaling, probs = softmax, kept into the values with the hash dropout,
-   out = kept v, rounded once to bf16. probs are kept in bf16 for backward,
+   out = kept v, rounded once to bf16 there. probs are kept in the rows' type for backward,
    sequence s's [heads, queries, keys] block at p_off[s]; element e of that
-   flat buffer is dropped by the hash of (seed, e), as in dropout_bf16, so
+   flat buffer is dropped by the hash of (seed, e), as in dropout_bf16 and dropout_fp32, so
    the result is the same however the sequences are cut into calls.
 
    Each (sequence, head) copies its keys and values to float scratch once
@@ -143,6 +144,20 @@ typedef float vec __attribute__((vector_size(64)));
 
 static INLINE float bf16_value(uint16_t x) { return float_of((uint32_t)x << 16); }
 
+/* The attention's tensors are bf16 or fp32 (`fp32`, a constant in each entry point, so every branch on it
+   folds away where the always-inlined bodies below are compiled): element i as a float, and x stored as
+   element i (rounded to nearest even in bf16). */
+static INLINE float element(const void *p, int64_t i, const int fp32) {
+    return fp32 ? ((const float *)p)[i] : bf16_value(((const uint16_t *)p)[i]);
+}
+
+static INLINE void put(void *p, int64_t i, float x, const int fp32) {
+    if (fp32)
+        ((float *)p)[i] = x;
+    else
+        ((uint16_t *)p)[i] = round_bf16(x);
+}
+
 static INLINE int64_t chunks_of(int64_t n) { return (n + LANES - 1) / LANES; }
 
 static INLINE int64_t longest(const int64_t *offsets, int64_t first, int64_t count) {
@@ -156,20 +171,25 @@ static INLINE vec *scratch(int64_t vectors) {
     return (vec *)aligned_alloc(64, (size_t)(vectors > 0 ? vectors : 1) * sizeof(vec));
 }
 
-/* rows x size bf16 (stride width) -> rows x chunks_of(size) vectors, zero-padded. */
-static INLINE void rows_to_float(const uint16_t *src, int64_t rows, int64_t width, int64_t size, vec *dst) {
+/* rows x size elements from element `first` (stride width) -> rows x chunks_of(size) vectors, zero-padded. */
+static INLINE void rows_to_float(const void *src, int64_t first, int64_t rows, int64_t width, int64_t size,
+                                 vec *dst, const int fp32) {
     int64_t padded = chunks_of(size) * LANES;
     float *d = (float *)dst;
     for (int64_t r = 0; r < rows; r++)
-        for (int64_t c = 0; c < padded; c++) d[r * padded + c] = c < size ? bf16_value(src[r * width + c]) : 0.0f;
+        for (int64_t c = 0; c < padded; c++)
+            d[r * padded + c] = c < size ? element(src, first + r * width + c, fp32) : 0.0f;
 }
 
-/* rows x size bf16 (stride width) -> size x chunks_of(rows) vectors (transposed), zero-padded. */
-static INLINE void columns_to_float(const uint16_t *src, int64_t rows, int64_t width, int64_t size, vec *dst) {
+/* rows x size elements from element `first` (stride width) -> size x chunks_of(rows) vectors (transposed),
+   zero-padded. */
+static INLINE void columns_to_float(const void *src, int64_t first, int64_t rows, int64_t width, int64_t size,
+                                    vec *dst, const int fp32) {
     int64_t padded = chunks_of(rows) * LANES;
     float *d = (float *)dst;
     for (int64_t c = 0; c < size; c++)
-        for (int64_t r = 0; r < padded; r++) d[c * padded + r] = r < rows ? bf16_value(src[r * width + c]) : 0.0f;
+        for (int64_t r = 0; r < padded; r++)
+            d[c * padded + r] = r < rows ? element(src, first + r * width + c, fp32) : 0.0f;
 }
 
 /* The products of the attention, all one shape: out[r][c] = sum over t of
@@ -220,9 +240,10 @@ CLONES_FMA static void mac(const float *w, int64_t rs, int64_t ts, int64_t terms
         }
 }
 
-static INLINE void store_bf16(const vec *v, int64_t size, uint16_t *dst) {
+/* size floats of v -> elements first .. first + size - 1 of dst. */
+static INLINE void store_row(const vec *v, int64_t size, void *dst, int64_t first, const int fp32) {
     const float *f = (const float *)v;
-    for (int64_t c = 0; c < size; c++) dst[c] = round_bf16(f[c]);
+    for (int64_t c = 0; c < size; c++) put(dst, first + c, f[c], fp32);
 }
 
 /* exp(x - max) over the n scores of a row padded to `padded`, in place (0
@@ -247,31 +268,33 @@ static INLINE float softmax_numerators(float *r, int64_t n, int64_t padded) {
     return sum;
 }
 
-/* The kept weight of a prob: round(prob x keep_scale) where kept, else 0. */
-static INLINE float kept_weight(float prob, uint32_t keep, float keep_scale) {
-    return float_of(((uint32_t)round_bf16(prob * keep_scale) << 16) & keep);
+/* The kept weight of a prob: prob x keep_scale where kept, else 0; rounded to bf16 as dropout_bf16 rounds
+   (bf16), as dropout_fp32 computes it (fp32). */
+static INLINE float kept_weight(float prob, uint32_t keep, float keep_scale, const int fp32) {
+    return fp32 ? float_of(bits_of(prob * keep_scale) & keep)
+                : float_of(((uint32_t)round_bf16(prob * keep_scale) << 16) & keep);
 }
 
-CLONES_FMA int attention_forward_bf16(const uint16_t *restrict q, const uint16_t *restrict k,
-                                       const uint16_t *restrict v, const int64_t *k_off, const int64_t *q_off,
-                                       const int64_t *p_off, int64_t first_seq, int64_t seqs, int64_t heads,
-                                       int64_t size, float scaling, uint64_t seed, uint32_t dropped,
-                                       float keep_scale, uint16_t *restrict probs, uint16_t *restrict out) {
+static INLINE int attention_forward(const void *restrict q, const void *restrict k, const void *restrict v,
+                                     const int64_t *k_off, const int64_t *q_off, const int64_t *p_off,
+                                     int64_t first_seq, int64_t seqs, int64_t heads, int64_t size, float scaling,
+                                     uint64_t seed, uint32_t dropped, float keep_scale, void *restrict probs,
+                                     void *restrict out, const int fp32) {
     uint32_t lo = (uint32_t)seed, hi = (uint32_t)(seed >> 32);
     int64_t width = heads * size, cols = chunks_of(size), most = longest(k_off, first_seq, seqs);
     int64_t most_q = longest(q_off, first_seq, seqs), most_chunks = chunks_of(most);
     vec *keys_t = scratch(size * most_chunks), *values = scratch(most * cols), *scores = scratch(most_q * most_chunks);
     vec *context = scratch(most_q * cols);
     vec *queries = scratch(most_q * cols);
-    uint16_t *rounded = (uint16_t *)scratch(most_chunks);
+    vec *rounded = scratch(most_chunks); /* a row of probs as kept: bf16 (uint16_t) or fp32 */
     int failed = !keys_t || !values || !scores || !context || !queries || !rounded;
     for (int64_t s = first_seq; !failed && s < first_seq + seqs; s++) {
         int64_t k0 = k_off[s], n = k_off[s + 1] - k0, q0 = q_off[s], nq = q_off[s + 1] - q0, chunks = chunks_of(n);
         int64_t stride = chunks * LANES;
         for (int64_t h = 0; h < heads; h++) {
-            columns_to_float(k + k0 * width + h * size, n, width, size, keys_t);
-            rows_to_float(v + k0 * width + h * size, n, width, size, values);
-            rows_to_float(q + q0 * width + h * size, nq, width, size, queries);
+            columns_to_float(k, k0 * width + h * size, n, width, size, keys_t, fp32);
+            rows_to_float(v, k0 * width + h * size, n, width, size, values, fp32);
+            rows_to_float(q, q0 * width + h * size, nq, width, size, queries, fp32);
             for (int64_t i = 0; i < nq * cols; i++) queries[i] *= scaling;
             mac((const float *)queries, cols * LANES, 1, size, nq, keys_t, chunks, chunks, scores, chunks);
             for (int64_t i = 0; i < nq; i++) {
@@ -281,18 +304,41 @@ CLONES_FMA int attention_forward_bf16(const uint16_t *restrict q, const uint16_t
                 /* over the whole padded row, whose padding is 0 and stays 0: a loop of whole vectors,
                    where one over the n scores ran its last n mod 16 (hash, rounding) one at a time */
                 for (int64_t j = 0; j < stride; j++) {
-                    uint16_t y = round_bf16(r[j] * inverse);
-                    rounded[j] = y;
-                    r[j] = kept_weight(bf16_value(y), keep_mask((uint32_t)(at + j), lo, hi, dropped), keep_scale);
+                    float y;
+                    if (fp32) {
+                        y = r[j] * inverse;
+                        ((float *)rounded)[j] = y;
+                    } else {
+                        uint16_t bits = round_bf16(r[j] * inverse);
+                        ((uint16_t *)rounded)[j] = bits;
+                        y = bf16_value(bits);
+                    }
+                    r[j] = kept_weight(y, keep_mask((uint32_t)(at + j), lo, hi, dropped), keep_scale, fp32);
                 }
-                memcpy(probs + at, rounded, (size_t)n * sizeof *rounded);
+                memcpy((char *)probs + at * (fp32 ? 4 : 2), rounded, (size_t)n * (fp32 ? 4 : 2));
             }
             mac((const float *)scores, stride, 1, n, nq, values, cols, cols, context, cols);
-            for (int64_t i = 0; i < nq; i++) store_bf16(context + i * cols, size, out + (q0 + i) * width + h * size);
+            for (int64_t i = 0; i < nq; i++) store_row(context + i * cols, size, out, (q0 + i) * width + h * size, fp32);
         }
     }
     free(keys_t), free(values), free(scores), free(context), free(queries), free(rounded);
     return failed; /* 1: out of memory for the scratch, nothing computed */
+}
+
+CLONES_FMA int attention_forward_bf16(const uint16_t *q, const uint16_t *k, const uint16_t *v, const int64_t *k_off,
+                                       const int64_t *q_off, const int64_t *p_off, int64_t first_seq, int64_t seqs,
+                                       int64_t heads, int64_t size, float scaling, uint64_t seed, uint32_t dropped,
+                                       float keep_scale, uint16_t *probs, uint16_t *out) {
+    return attention_forward(q, k, v, k_off, q_off, p_off, first_seq, seqs, heads, size, scaling, seed, dropped,
+                             keep_scale, probs, out, 0);
+}
+
+CLONES_FMA int attention_forward_fp32(const float *q, const float *k, const float *v, const int64_t *k_off,
+                                       const int64_t *q_off, const int64_t *p_off, int64_t first_seq, int64_t seqs,
+                                       int64_t heads, int64_t size, float scaling, uint64_t seed, uint32_t dropped,
+                                       float keep_scale, float *probs, float *out) {
+    return attention_forward(q, k, v, k_off, q_off, p_off, first_seq, seqs, heads, size, scaling, seed, dropped,
+                             keep_scale, probs, out, 1);
 }
 
 /* Its backward, from the gradient of out and the probs forward kept: per
@@ -301,13 +347,12 @@ CLONES_FMA int attention_forward_bf16(const uint16_t *restrict q, const uint16_t
    gradient of q; then key by key those of k and v from the rows' kept
    weights and score gradients (each a sum in registers, every row of dq,
    dk and dv written once). */
-CLONES_FMA int attention_backward_bf16(const uint16_t *restrict grad, const uint16_t *restrict q,
-                                        const uint16_t *restrict k, const uint16_t *restrict v,
-                                        const uint16_t *restrict probs, const int64_t *k_off, const int64_t *q_off,
-                                        const int64_t *p_off, int64_t first_seq, int64_t seqs, int64_t heads,
-                                        int64_t size, float scaling, uint64_t seed, uint32_t dropped,
-                                        float keep_scale, uint16_t *restrict dq, uint16_t *restrict dk,
-                                        uint16_t *restrict dv) {
+static INLINE int attention_backward(const void *restrict grad, const void *restrict q, const void *restrict k,
+                                      const void *restrict v, const void *restrict probs, const int64_t *k_off,
+                                      const int64_t *q_off, const int64_t *p_off, int64_t first_seq, int64_t seqs,
+                                      int64_t heads, int64_t size, float scaling, uint64_t seed, uint32_t dropped,
+                                      float keep_scale, void *restrict dq, void *restrict dk, void *restrict dv,
+                                      const int fp32) {
     uint32_t lo = (uint32_t)seed, hi = (uint32_t)(seed >> 32);
     int64_t width = heads * size, cols = chunks_of(size), most = longest(k_off, first_seq, seqs);
     int64_t most_q = longest(q_off, first_seq, seqs), most_chunks = chunks_of(most);
@@ -322,21 +367,20 @@ CLONES_FMA int attention_backward_bf16(const uint16_t *restrict grad, const uint
         int64_t k0 = k_off[s], n = k_off[s + 1] - k0, q0 = q_off[s], nq = q_off[s + 1] - q0, chunks = chunks_of(n);
         int64_t stride = chunks * LANES;
         for (int64_t h = 0; h < heads; h++) {
-            rows_to_float(k + k0 * width + h * size, n, width, size, keys);
-            columns_to_float(v + k0 * width + h * size, n, width, size, values_t);
-            rows_to_float(q + q0 * width + h * size, nq, width, size, queries);
-            rows_to_float(grad + q0 * width + h * size, nq, width, size, grads);
+            rows_to_float(k, k0 * width + h * size, n, width, size, keys, fp32);
+            columns_to_float(v, k0 * width + h * size, n, width, size, values_t, fp32);
+            rows_to_float(q, q0 * width + h * size, nq, width, size, queries, fp32);
+            rows_to_float(grad, q0 * width + h * size, nq, width, size, grads, fp32);
             /* the gradient of the kept weights, every row: grad v^T */
             mac((const float *)grads, cols * LANES, 1, size, nq, values_t, chunks, chunks, dscores, chunks);
             for (int64_t i = 0; i < nq; i++) {
                 int64_t at = p_off[s] + (h * nq + i) * n;
-                const uint16_t *y = probs + at;
                 float *w = (float *)(kept + i * chunks), *r = (float *)(dscores + i * chunks);
                 /* the row's probs and keep masks first, in loops that vectorise */
-                for (int64_t j = 0; j < stride; j++) probs_f[j] = j < n ? bf16_value(y[j]) : 0.0f;
+                for (int64_t j = 0; j < stride; j++) probs_f[j] = j < n ? element(probs, at + j, fp32) : 0.0f;
                 for (int64_t j = 0; j < stride; j++) keeps[j] = keep_mask((uint32_t)(at + j), lo, hi, dropped);
                 for (int64_t j = 0; j < stride; j++)
-                    w[j] = kept_weight(probs_f[j], keeps[j], keep_scale);
+                    w[j] = kept_weight(probs_f[j], keeps[j], keep_scale, fp32);
                 float lane_dot[LANES] = {0};
                 for (int64_t j = 0; j < stride; j += LANES)
                     for (int l = 0; l < LANES; l++) { /* y dy, dy the gradient of the probs */
@@ -349,16 +393,34 @@ CLONES_FMA int attention_backward_bf16(const uint16_t *restrict grad, const uint
             }
             /* dq = dscores k; dv = kept^T grad; dk = dscores^T q (each output row written once) */
             mac((const float *)dscores, stride, 1, n, nq, keys, cols, cols, sums, cols);
-            for (int64_t i = 0; i < nq; i++) store_bf16(sums + i * cols, size, dq + (q0 + i) * width + h * size);
+            for (int64_t i = 0; i < nq; i++) store_row(sums + i * cols, size, dq, (q0 + i) * width + h * size, fp32);
             mac((const float *)kept, 1, stride, nq, n, grads, cols, cols, sums, cols);
-            for (int64_t j = 0; j < n; j++) store_bf16(sums + j * cols, size, dv + (k0 + j) * width + h * size);
+            for (int64_t j = 0; j < n; j++) store_row(sums + j * cols, size, dv, (k0 + j) * width + h * size, fp32);
             mac((const float *)dscores, 1, stride, nq, n, queries, cols, cols, sums, cols);
-            for (int64_t j = 0; j < n; j++) store_bf16(sums + j * cols, size, dk + (k0 + j) * width + h * size);
+            for (int64_t j = 0; j < n; j++) store_row(sums + j * cols, size, dk, (k0 + j) * width + h * size, fp32);
         }
     }
     free(keys), free(values_t), free(queries), free(grads), free(kept), free(dscores), free(sums);
     free(probs_f), free(keeps);
     return failed; /* 1: out of memory for the scratch, nothing computed */
+}
+
+CLONES_FMA int attention_backward_bf16(const uint16_t *grad, const uint16_t *q, const uint16_t *k, const uint16_t *v,
+                                        const uint16_t *probs, const int64_t *k_off, const int64_t *q_off,
+                                        const int64_t *p_off, int64_t first_seq, int64_t seqs, int64_t heads,
+                                        int64_t size, float scaling, uint64_t seed, uint32_t dropped,
+                                        float keep_scale, uint16_t *dq, uint16_t *dk, uint16_t *dv) {
+    return attention_backward(grad, q, k, v, probs, k_off, q_off, p_off, first_seq, seqs, heads, size, scaling,
+                              seed, dropped, keep_scale, dq, dk, dv, 0);
+}
+
+CLONES_FMA int attention_backward_fp32(const float *grad, const float *q, const float *k, const float *v,
+                                        const float *probs, const int64_t *k_off, const int64_t *q_off,
+                                        const int64_t *p_off, int64_t first_seq, int64_t seqs, int64_t heads,
+                                        int64_t size, float scaling, uint64_t seed, uint32_t dropped,
+                                        float keep_scale, float *dq, float *dk, float *dv) {
+    return attention_backward(grad, q, k, v, probs, k_off, q_off, p_off, first_seq, seqs, heads, size, scaling,
+                              seed, dropped, keep_scale, dq, dk, dv, 1);
 }
 
 /* Dropout, residual add and LayerNorm of rows in one pass (cpuddp's encoder's
@@ -531,6 +593,32 @@ int attention_backward_bf16_calls(const uint16_t *grad, const uint16_t *q, const
 #pragma omp parallel for num_threads(threads) schedule(static, 1) reduction(| : failed)
     for (int64_t c = 0; c < calls; c++)
         failed |= attention_backward_bf16(grad, q, k, v, probs, k_off, q_off, p_off, firsts[c], counts[c], heads,
+                                          size, scaling, seed, dropped, keep_scale, dq, dk, dv);
+    return failed;
+}
+
+int attention_forward_fp32_calls(const float *q, const float *k, const float *v, const int64_t *k_off,
+                                 const int64_t *q_off, const int64_t *p_off, const int64_t *firsts,
+                                 const int64_t *counts, int64_t calls, int threads, int64_t heads, int64_t size,
+                                 float scaling, uint64_t seed, uint32_t dropped, float keep_scale, float *probs,
+                                 float *out) {
+    int failed = 0;
+#pragma omp parallel for num_threads(threads) schedule(static, 1) reduction(| : failed)
+    for (int64_t c = 0; c < calls; c++)
+        failed |= attention_forward_fp32(q, k, v, k_off, q_off, p_off, firsts[c], counts[c], heads, size, scaling,
+                                         seed, dropped, keep_scale, probs, out);
+    return failed;
+}
+
+int attention_backward_fp32_calls(const float *grad, const float *q, const float *k, const float *v,
+                                  const float *probs, const int64_t *k_off, const int64_t *q_off,
+                                  const int64_t *p_off, const int64_t *firsts, const int64_t *counts, int64_t calls,
+                                  int threads, int64_t heads, int64_t size, float scaling, uint64_t seed,
+                                  uint32_t dropped, float keep_scale, float *dq, float *dk, float *dv) {
+    int failed = 0;
+#pragma omp parallel for num_threads(threads) schedule(static, 1) reduction(| : failed)
+    for (int64_t c = 0; c < calls; c++)
+        failed |= attention_backward_fp32(grad, q, k, v, probs, k_off, q_off, p_off, firsts[c], counts[c], heads,
                                           size, scaling, seed, dropped, keep_scale, dq, dk, dv);
     return failed;
 }

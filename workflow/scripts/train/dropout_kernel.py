@@ -74,17 +74,19 @@ class Kernel:
             function.restype = None
         real, seed, threshold = ctypes.c_float, ctypes.c_uint64, ctypes.c_uint32
         offsets = [pointer] * 3 + [count] * 4 + [real, seed, threshold, real]
-        self.attention_forward_call = lib.attention_forward_bf16
-        self.attention_forward_call.argtypes = [pointer] * 3 + offsets + [pointer] * 2
-        self.attention_backward_call = lib.attention_backward_bf16
-        self.attention_backward_call.argtypes = [pointer] * 5 + offsets + [pointer] * 3
-        self.attention_forward_call.restype = self.attention_backward_call.restype = ctypes.c_int  # 1: no memory
-        self.attention_forward_calls, self.attention_backward_calls = (lib.attention_forward_bf16_calls,
-                                                                       lib.attention_backward_bf16_calls)
         on_threads = [pointer] * 2 + [count, ctypes.c_int] + [count] * 2 + [real, seed, threshold, real]
-        self.attention_forward_calls.argtypes = [pointer] * 6 + on_threads + [pointer] * 2
-        self.attention_backward_calls.argtypes = [pointer] * 8 + on_threads + [pointer] * 3
-        self.attention_forward_calls.restype = self.attention_backward_calls.restype = ctypes.c_int
+        self.attention_entries = {}
+        """Per dtype, the attention's (forward, backward) C functions: one call, then on OpenMP threads."""
+        for dtype, name in ((torch.bfloat16, "bf16"), (torch.float32, "fp32")):
+            one = getattr(lib, f"attention_forward_{name}"), getattr(lib, f"attention_backward_{name}")
+            many = getattr(lib, f"attention_forward_{name}_calls"), getattr(lib, f"attention_backward_{name}_calls")
+            one[0].argtypes, one[1].argtypes = [pointer] * 3 + offsets + [pointer] * 2, \
+                [pointer] * 5 + offsets + [pointer] * 3
+            many[0].argtypes, many[1].argtypes = [pointer] * 6 + on_threads + [pointer] * 2, \
+                [pointer] * 8 + on_threads + [pointer] * 3
+            for function in (*one, *many):
+                function.restype = ctypes.c_int  # 1: no memory for the scratch
+            self.attention_entries[dtype] = one, many
         self.dropout_calls = {torch.bfloat16: lib.dropout_bf16_calls, torch.float32: lib.dropout_fp32_calls}
         for function in self.dropout_calls.values():
             function.argtypes = [pointer, pointer, count, ctypes.c_uint64, ctypes.c_uint32, ctypes.c_float, count,
@@ -115,19 +117,20 @@ class Kernel:
     def attention(self, q, k, v, layout, heads: int, scaling: float, seed: int, dropped: int,
                   keep_scale: float) -> tuple[torch.Tensor, torch.Tensor]:
         """(out, probs) of the packed attention (dropout_kernel.c) of contiguous
-        bf16 q [query rows, hidden], k and v [tokens, hidden]; `layout`: the
+        q [query rows, hidden], k and v [tokens, hidden], all bf16 or all fp32; `layout`: the
         offsets and each call's sequences (Layout). Rows past the layout's
         queries and tokens are read by nothing: out's are zero."""
         out, probs = zero_past(torch.empty_like(q), layout.rows()[1]), q.new_empty(layout.scores)
         size = q.shape[1] // heads
         threads = self.threads(len(layout.calls))
+        (forward, _), (forward_calls, _) = self.attention_entries[q.dtype]
         if threads:
-            enough_memory([self.attention_forward_calls(
+            enough_memory([forward_calls(
                 q.data_ptr(), k.data_ptr(), v.data_ptr(), *layout.pointers(), *layout.call_pointers(),
                 len(layout.calls), threads, heads, size, scaling, seed, dropped, keep_scale, probs.data_ptr(),
                 out.data_ptr())], "forward", layout)
             return out, probs
-        calls = [(self.attention_forward_call, (q.data_ptr(), k.data_ptr(), v.data_ptr(), *layout.pointers(), first,
+        calls = [(forward, (q.data_ptr(), k.data_ptr(), v.data_ptr(), *layout.pointers(), first,
                                            count, heads, size, scaling, seed, dropped, keep_scale,
                                            probs.data_ptr(), out.data_ptr()), CHUNK, (q, k, v, out, probs, layout))
                  for first, count in layout.calls]
@@ -138,19 +141,20 @@ class Kernel:
                            dropped: int, keep_scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The gradients of q, k and v from that of attention()'s out (zero
         in the rows past the layout's queries and tokens)."""
-        grad = grad.contiguous().to(torch.bfloat16)
+        grad = grad.contiguous().to(q.dtype)
         keys, queries = layout.rows()
         dq, dk, dv = zero_past(torch.empty_like(q), queries), zero_past(torch.empty_like(k), keys), \
             zero_past(torch.empty_like(v), keys)
         size = q.shape[1] // heads
         threads = self.threads(len(layout.calls))
+        (_, backward), (_, backward_calls) = self.attention_entries[q.dtype]
         if threads:
-            enough_memory([self.attention_backward_calls(
+            enough_memory([backward_calls(
                 grad.data_ptr(), q.data_ptr(), k.data_ptr(), v.data_ptr(), probs.data_ptr(), *layout.pointers(),
                 *layout.call_pointers(), len(layout.calls), threads, heads, size, scaling, seed, dropped,
                 keep_scale, dq.data_ptr(), dk.data_ptr(), dv.data_ptr())], "backward", layout)
             return dq, dk, dv
-        calls = [(self.attention_backward_call,
+        calls = [(backward,
                   (grad.data_ptr(), q.data_ptr(), k.data_ptr(), v.data_ptr(), probs.data_ptr(), *layout.pointers(),
                    first, count, heads, size, scaling, seed, dropped, keep_scale, dq.data_ptr(), dk.data_ptr(),
                    dv.data_ptr()), CHUNK, (grad, q, k, v, probs, dq, dk, dv, layout))
@@ -168,15 +172,16 @@ class Kernel:
         half = self.dropout(x.bfloat16(), 0x123456789ABCDEF0, dropped(0.25), 1.1)
         return torch.equal(y, want) and torch.equal(half, torch.where(kept, x.bfloat16() * 1.1, 0.0).bfloat16())
 
-    def attention_is_torchs(self, lengths=(37, 5), heads: int = 2, size: int = 24) -> bool:
+    def attention_is_torchs(self, lengths=(37, 5), heads: int = 2, size: int = 24,
+                            dtype: torch.dtype = torch.bfloat16) -> bool:
         """Whether the packed attention, forward and backward, is torch's
-        softmax(q k^T scaling) v on a small bf16 input (dropout off): two
+        softmax(q k^T scaling) v on a small input (dropout off): two
         sequences, one longer than the kernel's blocks of 16 keys, a head
         size that is no vector width's multiple; within 2% in norm, where
-        bf16's rounding gives some 0.2% and a wrong build far more."""
+        bf16's rounding gives some 0.2% (fp32's 1e-6) and a wrong build far more."""
         generator = torch.Generator().manual_seed(0)
         tokens, scaling = sum(lengths), size ** -0.5
-        q, k, v, grad = (torch.randn(tokens, heads * size, generator=generator).bfloat16() for _ in range(4))
+        q, k, v, grad = (torch.randn(tokens, heads * size, generator=generator).to(dtype) for _ in range(4))
         offsets = torch.tensor([0, lengths[0], tokens], dtype=torch.int64)
         probs = torch.tensor([0, heads * lengths[0] ** 2, heads * sum(n * n for n in lengths)], dtype=torch.int64)
         plan = Layout((offsets, offsets, probs), int(probs[-1]), [(0, len(lengths))])
@@ -195,7 +200,8 @@ class Kernel:
 
     def computes_its_definitions(self) -> bool:
         """The dropout's mask and the attention, each checked when the build loads."""
-        return self.agrees_with_its_definition() and self.attention_is_torchs()
+        return self.agrees_with_its_definition() and all(self.attention_is_torchs(dtype=dtype)
+                                                         for dtype in self.attention_entries)
 
 
 def enough_memory(results: list, doing: str, layout) -> None:

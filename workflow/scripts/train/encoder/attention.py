@@ -3,13 +3,13 @@ scores. Queries are every token, or each sequence's first token alone (the
 last layer of a classification model: packed [sequences, hidden] rows).
 
 Two paths, the same arithmetic up to rounding:
-- with the hash-dropout kernel on bf16 (train/dropout_kernel.c,
+- with the hash-dropout kernel, bf16 or fp32 (train/dropout_kernel.c,
   PackedAttention): every sequence and head of a layer in one C call
   forward and one backward, reading the projections' rows where they are
   (cu_seqlens-style offsets, dropout_kernel.Layout); scores, softmax and dropout in
   float, the dropout mask recomputed from a seed in backward. One call
   per torch thread, each a run of whole sequences;
-- torch's ops under autograd (fp32, or where the C kernel did not build):
+- torch's ops under autograd (where the C kernel did not build, or other dtypes):
   the packed sequences are adjacent by length (packing.Packed), so each run
   of equally long sequences is one batched matmul on views of the packed
   rows, scores [sequences, heads, queries, keys] of that length only."""
@@ -55,7 +55,7 @@ def attention(q, k, v, packed: Packed, heads: int, scaling: float, p: float, fir
     padding; of q, past the queries) take part in no attention: their context is zero, so are
     their gradients. The kernel reads and writes the rows as they are, where slicing the tokens
     out and padding the context again cost a copy each way and a zeroed gradient per slice."""
-    if kernel is not None and q.dtype == torch.bfloat16:
+    if kernel is not None and q.dtype in kernel.attention_entries:
         return PackedAttention.apply(q, k, v, packed, heads, scaling, p, first_token, kernel)
     rows, tokens = q.shape[0], packed.tokens
     q, k, v = q if first_token else q[:tokens], k[:tokens], v[:tokens]
@@ -63,7 +63,7 @@ def attention(q, k, v, packed: Packed, heads: int, scaling: float, p: float, fir
     for _, _, qg, kg, vg in _views(q, k, v, packed, first_token, heads):
         scores = torch.matmul(qg, kg.transpose(-1, -2)) * scaling
         probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
-        if p > 0:  # the kernel's mask where it built (fp32: its softmax pass is bf16's only)
+        if p > 0:  # the kernel's mask where it built (another dtype than the kernel's attention takes)
             probs = F.dropout(probs, p, training=True) if kernel is None else KernelDropout.apply(probs, p, kernel)
         out.append(_merge(torch.matmul(probs, vg)))
     context = out[0] if len(out) == 1 else torch.cat(out)

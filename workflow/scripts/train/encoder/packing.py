@@ -2,7 +2,7 @@
 other ([tokens, hidden] rows, no padding), with cu_seqlens-style offsets.
 
 The sequences are packed longest first, so that sequences of one length
-are adjacent: where the C attention kernel is not used (fp32, no
+are adjacent: where the C attention kernel is not used (no
 compiler), the attention runs one batched matmul per length (`groups`) on
 views of the packed rows, with no copy into a padded layout.
 `order` says which batch row each packed sequence came from; the heads put
