@@ -3,8 +3,9 @@ pass (train/add_norm.py, dropout_kernel.c add_norm_*): the unfused
 dropout and sum bit for bit, the norm within a bf16 unit of torch's, the
 gradients within bf16's rounding of a float64 reference (gamma's and
 beta's far closer than torch's bf16 backward), the same bits on one
-thread, two OpenMP threads or two Python threads, and in the encoder on
-bf16 weights only."""
+thread, two OpenMP threads or two Python threads, in bf16 and in fp32 (no
+rounding: within fp32's sums of float64), and in the encoder on bf16 or
+fp32 weights outside autocast."""
 
 from __future__ import annotations
 
@@ -28,11 +29,11 @@ def kernel(hash_dropout_kernel):
     return hash_dropout_kernel[0]
 
 
-def inputs(rows: int = ROWS, width: int = WIDTH):
+def inputs(rows: int = ROWS, width: int = WIDTH, dtype: torch.dtype = torch.bfloat16):
     generator = torch.Generator().manual_seed(0)
-    a, r, grad = (torch.randn(rows, width, generator=generator).bfloat16() for _ in range(3))
-    weight = (1 + 0.1 * torch.randn(width, generator=generator)).bfloat16()
-    bias = (0.1 * torch.randn(width, generator=generator)).bfloat16()
+    a, r, grad = (torch.randn(rows, width, generator=generator).to(dtype) for _ in range(3))
+    weight = (1 + 0.1 * torch.randn(width, generator=generator)).to(dtype)
+    bias = (0.1 * torch.randn(width, generator=generator)).to(dtype)
     return a, r, weight, bias, grad
 
 
@@ -81,8 +82,26 @@ def test_gradients_are_float64s_within_bf16_rounding_and_dropout_follows_the_sam
     assert 0.08 < float((da == 0).float().mean()) < 0.12
 
 
-def test_the_same_bits_on_one_thread_two_openmp_threads_or_two_python_threads(kernel, monkeypatch):
-    a, r, weight, bias, grad = inputs()
+def test_fp32_is_the_unfused_dropout_and_sum_bit_for_bit_and_float64s_norm_within_fp32_sums(kernel):
+    a, r, weight, bias, grad = inputs(dtype=torch.float32)
+    seed, threshold, scale = 0x1234_5678_9ABC_DEF0, dropout_kernel.dropped(0.1), dropout_kernel.keep_scale(0.1)
+    s, y, _, _ = add_norm.forward(kernel, a, r, weight, bias, 1e-12, seed, threshold, scale)
+    assert s.dtype == y.dtype == torch.float32
+    assert torch.equal(s, kernel.dropout(a, seed, threshold, scale) + r)
+    torch.testing.assert_close(y, F.layer_norm(s, (WIDTH,), weight, bias, 1e-12), rtol=1e-5, atol=1e-5)
+    y, da, dr, dweight, dbias = fused(kernel, a, r, weight, bias, grad, p=0.0)
+    leaves = [t.double().requires_grad_() for t in (a, r, weight, bias)]
+    want = F.layer_norm(leaves[0] + leaves[1], (WIDTH,), leaves[2], leaves[3], 1e-12)
+    want.backward(grad.double())
+    assert torch.equal(da, dr)
+    for got, expected in ((y, want.detach()), *zip((da, dr, dweight, dbias), (t.grad for t in leaves))):
+        assert got.dtype == torch.float32
+        assert (got.double() - expected).norm() <= 1e-5 * expected.norm()
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_the_same_bits_on_one_thread_two_openmp_threads_or_two_python_threads(kernel, monkeypatch, dtype):
+    a, r, weight, bias, grad = inputs(dtype=dtype)
     threads = torch.get_num_threads()
     results = []
     try:
@@ -96,7 +115,7 @@ def test_the_same_bits_on_one_thread_two_openmp_threads_or_two_python_threads(ke
         assert all(torch.equal(x, y) for x, y in zip(results[0], other))
 
 
-def test_the_encoder_takes_the_pass_on_bf16_weights_and_torchs_ops_otherwise(kernel):
+def test_the_encoder_takes_the_pass_on_bf16_or_fp32_weights_and_torchs_ops_in_autocast(kernel):
     model, _ = encoder.build(tiny_hf("Bert", "classification"), "classification", hash_dropout=True)
     data = batch([12, 7, 12, 3, 9, 7], 12, "classification")
 
@@ -107,11 +126,21 @@ def test_the_encoder_takes_the_pass_on_bf16_weights_and_torchs_ops_otherwise(ker
         return out, {event.key: event.count for event in prof.key_averages()}
 
     model.train()
-    _, fp32 = ops(model)  # fp32 weights: torch's dropout, add and norm
-    assert "KernelAddNorm" not in fp32 and fp32["aten::native_layer_norm"] == 1 + 2 * len(model.encoder.layers)
+    sites = 1 + 2 * len(model.encoder.layers)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        _, autocast = ops(model)  # bf16 autocast (the exact path): torch's dropout, add and norm
+    assert "KernelAddNorm" not in autocast and autocast["aten::native_layer_norm"] == sites
+    got, fp32 = ops(model)
+    assert fp32["KernelAddNorm"] == sites and "aten::native_layer_norm" not in fp32
+    model.encoder.fused_norm = False
+    want, _ = ops(model)
+    torch.testing.assert_close(got[0]["loss"], want[0]["loss"], rtol=1e-5, atol=1e-6)
+    for name, grad in want[1].items():
+        assert (got[1][name] - grad).norm() <= 1e-4 * grad.norm() + 1e-6, name
+    model.encoder.fused_norm = True
     master.to_bf16_encoder(model)
     got, calls = ops(model)
-    assert calls["KernelAddNorm"] == 1 + 2 * len(model.encoder.layers) and "aten::native_layer_norm" not in calls
+    assert calls["KernelAddNorm"] == sites and "aten::native_layer_norm" not in calls
     model.encoder.fused_norm = False
     want, unfused = ops(model)
     assert "KernelAddNorm" not in unfused

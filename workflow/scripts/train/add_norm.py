@@ -6,8 +6,9 @@ torch runs a post-norm sublayer's tail as a dropout, an add and a layer
 norm, each a pass over memory, a dispatch and (with threads) an OpenMP
 fork/join, and autograd adds a sum backward. Here s = dropout(a) + r comes
 out bit for bit as those ops give it (the same seed draw, the hash of the
-element's index, the same bf16 roundings); the norm's moments are summed
-in float lanes, so its output may differ from torch's by a bf16 unit; and
+element's index, the same bf16 roundings; in fp32 no rounding); the norm's
+moments are summed in float lanes, so its output may differ from torch's by
+a bf16 unit (fp32: by its sums' rounding); and
 gamma's and beta's gradients are summed in float over fixed calls of
 NORM_ROWS rows, where torch's bf16 backward lands about 5% off a float64
 reference (bench/results/2026-12-07-epyc-zen4-add-norm-pass.txt). The
@@ -28,24 +29,29 @@ from workflow.scripts.train.kernel_build import CHUNK, run
 NORM_ROWS = 16  # rows of a call: its unit of work and of gamma's and beta's partial sums
 
 
-class EntryPoints:
-    """The library's add-norm functions, with their C signatures."""
+TYPES = {torch.bfloat16: "bf16", torch.float32: "fp32"}
 
-    def __init__(self, lib: ctypes.CDLL):
+
+class EntryPoints:
+    """The library's add-norm functions for one dtype, with their C signatures."""
+
+    def __init__(self, lib: ctypes.CDLL, dtype: torch.dtype):
         pointer, count, real = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float
         rows = [count] * 4 + [ctypes.c_int, ctypes.c_uint64, ctypes.c_uint32, real]
-        self.forward, self.backward = lib.add_norm_forward_bf16_calls, lib.add_norm_backward_bf16_calls
+        name = TYPES[dtype]
+        self.forward = getattr(lib, f"add_norm_forward_{name}_calls")
+        self.backward = getattr(lib, f"add_norm_backward_{name}_calls")
         self.forward.argtypes = [pointer] * 4 + rows + [real] + [pointer] * 4
         self.backward.argtypes = [pointer] * 5 + rows + [pointer] * 3
         self.forward.restype = self.backward.restype = ctypes.c_int  # 1: no memory for a row's scratch
-        self.partials = lib.add_norm_partials_bf16
+        self.partials = getattr(lib, f"add_norm_partials_{name}")
         self.partials.argtypes = [pointer, count, count, pointer, pointer]
         self.partials.restype = None
 
 
 @functools.cache
-def entry_points(lib: ctypes.CDLL) -> EntryPoints:
-    return EntryPoints(lib)
+def entry_points(lib: ctypes.CDLL, dtype: torch.dtype) -> EntryPoints:
+    return EntryPoints(lib, dtype)
 
 
 def row_pieces(kernel: Kernel, rows: int) -> tuple[int, list[tuple[int, int]]]:
@@ -59,14 +65,14 @@ def row_pieces(kernel: Kernel, rows: int) -> tuple[int, list[tuple[int, int]]]:
 
 
 def forward(kernel: Kernel, a, r, weight, bias, eps: float, seed: int, threshold: int, scale: float):
-    """(s, y, mean, rstd): s = dropout(a) + r and y its LayerNorm with `weight` and `bias`, for bf16 a and r
-    [rows, width]; mean and rstd float per row, kept with s for backward."""
+    """(s, y, mean, rstd): s = dropout(a) + r and y its LayerNorm with `weight` and `bias`, for a and r
+    [rows, width] and the weights all bf16 or all fp32; mean and rstd float per row, kept with s for backward."""
     a, r = a.contiguous(), r.contiguous()
     rows, width = a.shape
     s, y = torch.empty_like(a), torch.empty_like(a)
     mean, rstd = a.new_empty(rows, dtype=torch.float32), a.new_empty(rows, dtype=torch.float32)
     threads, pieces = row_pieces(kernel, rows)
-    function = entry_points(kernel.lib).forward
+    function = entry_points(kernel.lib, a.dtype).forward
     enough_memory(run([(function, (a.data_ptr(), r.data_ptr(), weight.data_ptr(), bias.data_ptr(), width, first,
                                    count, NORM_ROWS, threads, seed, threshold, scale, eps, s.data_ptr(), y.data_ptr(),
                                    mean.data_ptr(), rstd.data_ptr()), CHUNK, (a, r, s, y, mean, rstd))
@@ -76,14 +82,14 @@ def forward(kernel: Kernel, a, r, weight, bias, eps: float, seed: int, threshold
 
 def backward(kernel: Kernel, grad, s, weight, mean, rstd, seed: int, threshold: int, scale: float):
     """(da, dr, dweight, dbias) from the gradient of forward's y."""
-    grad = grad.contiguous().to(torch.bfloat16)
+    grad = grad.contiguous().to(s.dtype)
     rows, width = s.shape
     calls = -(-rows // NORM_ROWS)
     da, dr = torch.empty_like(s), torch.empty_like(s)
     partials = s.new_empty(calls, 2, width, dtype=torch.float32)
     dweight, dbias = torch.empty_like(weight), torch.empty_like(weight)
     threads, pieces = row_pieces(kernel, rows)
-    functions = entry_points(kernel.lib)
+    functions = entry_points(kernel.lib, s.dtype)
     enough_memory(run([(functions.backward, (grad.data_ptr(), s.data_ptr(), weight.data_ptr(), mean.data_ptr(),
                                              rstd.data_ptr(), width, first, count, NORM_ROWS, threads, seed,
                                              threshold, scale, da.data_ptr(), dr.data_ptr(), partials.data_ptr()),

@@ -453,32 +453,37 @@ static INLINE float lane_sum(const float *x, int64_t n) {
     return sum;
 }
 
-CLONES_FMA int add_norm_forward_bf16(const uint16_t *restrict a, const uint16_t *restrict r,
-                                     const uint16_t *restrict gamma, const uint16_t *restrict beta, int64_t width,
-                                     int64_t first, int64_t rows, uint64_t seed, uint32_t dropped, float scale,
-                                     float eps, uint16_t *restrict s, uint16_t *restrict y, float *restrict mean,
-                                     float *restrict rstd) {
+/* dropout_bf16's or dropout_fp32's element: x x scale where kept, else 0, as a float (rounded to bf16 there). */
+static INLINE float dropped_value(float x, float scale, uint32_t keep, const int fp32) {
+    return fp32 ? float_of(bits_of(x * scale) & keep) : bf16_value((uint16_t)(round_bf16(x * scale) & keep));
+}
+
+/* x rounded as the tensor's type stores it. */
+static INLINE float stored(float x, const int fp32) { return fp32 ? x : bf16_value(round_bf16(x)); }
+
+static INLINE int add_norm_forward(const void *restrict a, const void *restrict r, const void *restrict gamma,
+                                   const void *restrict beta, int64_t width, int64_t first, int64_t rows,
+                                   uint64_t seed, uint32_t dropped, float scale, float eps, void *restrict s,
+                                   void *restrict y, float *restrict mean, float *restrict rstd, const int fp32) {
     uint32_t lo = (uint32_t)seed, hi = (uint32_t)(seed >> 32);
     float *x = (float *)scratch(chunks_of(2 * width));
     if (!x) return 1;
     float *t = x + width;
     for (int64_t i = first; i < first + rows; i++) {
-        const uint16_t *ai = a + i * width, *ri = r + i * width;
-        uint16_t *si = s + i * width, *yi = y + i * width;
-        uint32_t base = (uint32_t)(i * width);
+        int64_t row = i * width;
+        uint32_t base = (uint32_t)row;
         for (int64_t j = 0; j < width; j++) {
-            uint16_t kept = (uint16_t)(round_bf16(bf16_value(ai[j]) * scale) &
-                                       keep_mask_or_all(base + (uint32_t)j, lo, hi, dropped));
-            uint16_t sum = round_bf16(bf16_value(kept) + bf16_value(ri[j]));
-            si[j] = sum;
-            x[j] = bf16_value(sum);
+            float kept = dropped_value(element(a, row + j, fp32), scale,
+                                       keep_mask_or_all(base + (uint32_t)j, lo, hi, dropped), fp32);
+            x[j] = stored(kept + element(r, row + j, fp32), fp32);
+            put(s, row + j, x[j], fp32);
         }
         float m = lane_sum(x, width) / (float)width;
         for (int64_t j = 0; j < width; j++) t[j] = (x[j] - m) * (x[j] - m);
         float var = lane_sum(t, width) / (float)width;
         float rs = 1.0f / sqrtf(var + eps), shift = -m * rs;
         for (int64_t j = 0; j < width; j++)
-            yi[j] = round_bf16((x[j] * rs + shift) * bf16_value(gamma[j]) + bf16_value(beta[j]));
+            put(y, row + j, (x[j] * rs + shift) * element(gamma, j, fp32) + element(beta, j, fp32), fp32);
         mean[i] = m, rstd[i] = rs;
     }
     free(x);
@@ -489,51 +494,77 @@ CLONES_FMA int add_norm_forward_bf16(const uint16_t *restrict a, const uint16_t 
    norm's input gradient rounded to bf16, da its dropout: dropout_bf16 of
    dr), and this call's sums over its rows of dy x xhat and dy into
    partial[0 .. width - 1] and partial[width ..]. */
-CLONES_FMA int add_norm_backward_bf16(const uint16_t *restrict dy, const uint16_t *restrict s,
-                                      const uint16_t *restrict gamma, const float *restrict mean,
-                                      const float *restrict rstd, int64_t width, int64_t first, int64_t rows,
-                                      uint64_t seed, uint32_t dropped, float scale, uint16_t *restrict da,
-                                      uint16_t *restrict dr, float *restrict partial) {
+static INLINE int add_norm_backward(const void *restrict dy, const void *restrict s, const void *restrict gamma,
+                                    const float *restrict mean, const float *restrict rstd, int64_t width,
+                                    int64_t first, int64_t rows, uint64_t seed, uint32_t dropped, float scale,
+                                    void *restrict da, void *restrict dr, float *restrict partial, const int fp32) {
     uint32_t lo = (uint32_t)seed, hi = (uint32_t)(seed >> 32);
     float *xhat = (float *)scratch(chunks_of(3 * width));
     if (!xhat) return 1;
     float *g = xhat + width, *gx = g + width;
     for (int64_t j = 0; j < 2 * width; j++) partial[j] = 0.0f;
     for (int64_t i = first; i < first + rows; i++) {
-        const uint16_t *dyi = dy + i * width, *si = s + i * width;
-        uint16_t *dai = da + i * width, *dri = dr + i * width;
-        uint32_t base = (uint32_t)(i * width);
+        int64_t row = i * width;
+        uint32_t base = (uint32_t)row;
         float m = mean[i], rs = rstd[i];
         for (int64_t j = 0; j < width; j++) {
-            float d = bf16_value(dyi[j]);
-            xhat[j] = (bf16_value(si[j]) - m) * rs;
-            g[j] = d * bf16_value(gamma[j]);
+            float d = element(dy, row + j, fp32);
+            xhat[j] = (element(s, row + j, fp32) - m) * rs;
+            g[j] = d * element(gamma, j, fp32);
             gx[j] = g[j] * xhat[j];
             partial[j] += d * xhat[j];
             partial[width + j] += d;
         }
         float mean_g = lane_sum(g, width) / (float)width, mean_gx = lane_sum(gx, width) / (float)width;
         for (int64_t j = 0; j < width; j++) {
-            uint16_t grad = round_bf16(rs * (g[j] - mean_g - xhat[j] * mean_gx));
-            dri[j] = grad;
-            dai[j] = (uint16_t)(round_bf16(bf16_value(grad) * scale) &
-                                keep_mask_or_all(base + (uint32_t)j, lo, hi, dropped));
+            float grad = stored(rs * (g[j] - mean_g - xhat[j] * mean_gx), fp32);
+            put(dr, row + j, grad, fp32);
+            put(da, row + j, dropped_value(grad, scale, keep_mask_or_all(base + (uint32_t)j, lo, hi, dropped), fp32),
+                fp32);
         }
     }
     free(xhat);
     return 0;
 }
 
-/* gamma's and beta's gradients: the `calls` partial sums ([2, width] each) added in call order, rounded. */
-void add_norm_partials_bf16(const float *partials, int64_t calls, int64_t width, uint16_t *dgamma, uint16_t *dbeta) {
+/* The entry points per type (bf16: uint16_t tensors, fp32: float); mean, rstd and partials are float. */
+#define ADD_NORM_ENTRIES(NAME, T, FP32)                                                                              \
+    CLONES_FMA int add_norm_forward_##NAME(const T *a, const T *r, const T *gamma, const T *beta, int64_t width,      \
+                                           int64_t first, int64_t rows, uint64_t seed, uint32_t dropped, float scale, \
+                                           float eps, T *s, T *y, float *mean, float *rstd) {                         \
+        return add_norm_forward(a, r, gamma, beta, width, first, rows, seed, dropped, scale, eps, s, y, mean, rstd,   \
+                                FP32);                                                                                \
+    }                                                                                                                 \
+    CLONES_FMA int add_norm_backward_##NAME(const T *dy, const T *s, const T *gamma, const float *mean,                \
+                                            const float *rstd, int64_t width, int64_t first, int64_t rows,            \
+                                            uint64_t seed, uint32_t dropped, float scale, T *da, T *dr,               \
+                                            float *partial) {                                                         \
+        return add_norm_backward(dy, s, gamma, mean, rstd, width, first, rows, seed, dropped, scale, da, dr, partial, \
+                                 FP32);                                                                               \
+    }
+ADD_NORM_ENTRIES(bf16, uint16_t, 0)
+ADD_NORM_ENTRIES(fp32, float, 1)
+
+/* gamma's and beta's gradients: the `calls` partial sums ([2, width] each) added in call order, rounded to the
+   type of dgamma and dbeta. */
+static INLINE void add_norm_partials(const float *partials, int64_t calls, int64_t width, void *dgamma, void *dbeta,
+                                     const int fp32) {
     for (int64_t j = 0; j < width; j++) {
         float sum_gamma = 0.0f, sum_beta = 0.0f;
         for (int64_t c = 0; c < calls; c++) {
             sum_gamma += partials[c * 2 * width + j];
             sum_beta += partials[c * 2 * width + width + j];
         }
-        dgamma[j] = round_bf16(sum_gamma), dbeta[j] = round_bf16(sum_beta);
+        put(dgamma, j, sum_gamma, fp32), put(dbeta, j, sum_beta, fp32);
     }
+}
+
+void add_norm_partials_bf16(const float *partials, int64_t calls, int64_t width, uint16_t *dgamma, uint16_t *dbeta) {
+    add_norm_partials(partials, calls, width, dgamma, dbeta, 0);
+}
+
+void add_norm_partials_fp32(const float *partials, int64_t calls, int64_t width, float *dgamma, float *dbeta) {
+    add_norm_partials(partials, calls, width, dgamma, dbeta, 1);
 }
 
 /* Rows first .. first + rows - 1 in calls of `rows_per_call` (first a multiple of it) on `threads` OpenMP threads. */
@@ -559,6 +590,32 @@ int add_norm_backward_bf16_calls(const uint16_t *dy, const uint16_t *s, const ui
 #pragma omp parallel for num_threads(threads) schedule(static) reduction(| : failed)
     for (int64_t start = first; start < first + rows; start += rows_per_call)
         failed |= add_norm_backward_bf16(dy, s, gamma, mean, rstd, width, start,
+                                         first + rows - start < rows_per_call ? first + rows - start : rows_per_call,
+                                         seed, dropped, scale, da, dr, partials + start / rows_per_call * 2 * width);
+    return failed;
+}
+
+int add_norm_forward_fp32_calls(const float *a, const float *r, const float *gamma, const float *beta,
+                                int64_t width, int64_t first, int64_t rows, int64_t rows_per_call, int threads,
+                                uint64_t seed, uint32_t dropped, float scale, float eps, float *s, float *y,
+                                float *mean, float *rstd) {
+    int failed = 0;
+#pragma omp parallel for num_threads(threads) schedule(static) reduction(| : failed)
+    for (int64_t start = first; start < first + rows; start += rows_per_call)
+        failed |= add_norm_forward_fp32(a, r, gamma, beta, width, start,
+                                        first + rows - start < rows_per_call ? first + rows - start : rows_per_call,
+                                        seed, dropped, scale, eps, s, y, mean, rstd);
+    return failed;
+}
+
+int add_norm_backward_fp32_calls(const float *dy, const float *s, const float *gamma, const float *mean,
+                                 const float *rstd, int64_t width, int64_t first, int64_t rows, int64_t rows_per_call,
+                                 int threads, uint64_t seed, uint32_t dropped, float scale, float *da,
+                                 float *dr, float *partials) {
+    int failed = 0;
+#pragma omp parallel for num_threads(threads) schedule(static) reduction(| : failed)
+    for (int64_t start = first; start < first + rows; start += rows_per_call)
+        failed |= add_norm_backward_fp32(dy, s, gamma, mean, rstd, width, start,
                                          first + rows - start < rows_per_call ? first + rows - start : rows_per_call,
                                          seed, dropped, scale, da, dr, partials + start / rows_per_call * 2 * width);
     return failed;

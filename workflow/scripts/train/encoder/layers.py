@@ -48,12 +48,13 @@ def dropout(x: torch.Tensor, p: float, training: bool, kernel) -> torch.Tensor:
 def add_norm(x: torch.Tensor, residual: torch.Tensor, norm: nn.LayerNorm, p: float, training: bool, kernel,
              fused: bool = True) -> torch.Tensor:
     """norm(dropout(x) + residual): with `fused`, the kernel's one pass
-    (KernelAddNorm) where all four are bf16 outside autocast (bf16_master),
-    else torch's ops. The pass gives the unfused dropout and sum bit for
-    bit; the norm's moments are summed in another order, and its gamma and
-    beta gradients in float, where torch's bf16 backward lands about 5% off
-    a float64 reference at 1,728 rows (ours 0.2%)."""
-    if (fused and kernel is not None and x.dtype == residual.dtype == norm.weight.dtype == torch.bfloat16
+    (KernelAddNorm) where all four are bf16 (bf16_master) or all fp32, outside
+    autocast, else torch's ops. The pass gives the unfused dropout and sum
+    bit for bit; the norm's moments are summed in another order, and its
+    gamma and beta gradients in float, where torch's bf16 backward lands
+    about 5% off a float64 reference at 1,728 rows (ours 0.2%)."""
+    if (fused and kernel is not None and x.dtype == residual.dtype == norm.weight.dtype
+            and x.dtype in (torch.bfloat16, torch.float32)
             and x.dim() == 2 and x.shape == residual.shape and not torch.is_autocast_enabled("cpu")):
         return KernelAddNorm.apply(x, residual, norm.weight, norm.bias, p if training else 0.0, norm.eps, kernel)
     return norm(dropout(x, p, training, kernel) + residual)
