@@ -3,7 +3,7 @@ and bf16_master against the exact autocast path, and the Trainer at its best.
 
     .venv/bin/python -m bench.accuracy_seeds [--seeds 42 7 1] [--epochs 3] [--lr 5e-5]
         [--tasks mrpc stsb] [--rows trainer exact bf16_master defaults lora] [--lora-lr 2e-3] [--train-size 1600]
-        [--max-steps N] [--json bench/results/accuracy-seeds.json] [--plot PNG]
+        [--max-steps N] [--json bench/results/accuracy-seeds.json] [--plot PNG] [--fp32]
 
 The seed alone moves dev scores on 400 pairs by several points, so one run
 per side says little. Per task shape (bench/accuracy_data.py: `mrpc`, pairs
@@ -26,6 +26,9 @@ and global batch 32 (2 ranks x 1 thread):
 - lora (only when asked for in --rows): as exact, with train.lora's
   defaults (rank 8 on query and value, the head in full, merged) at
   --lora-lr (adapters take a larger rate than full fine-tuning).
+
+`--fp32` trains every row in fp32, as a CPU without native bf16 does (AVX2
+only): exact is transformers' model code in fp32, defaults cpuddp's in fp32.
 
 Each cpuddp model is scored on dev in fp32 (batches of 64); the Trainer
 scores its own. Losses are logged every 5 steps. bench/accuracy_judge.py
@@ -90,13 +93,13 @@ class Settings:
 def row_names(bf16: bool) -> dict[str, str]:
     return {"trainer": f"Trainer at its best ({'bf16' if bf16 else 'fp32'})",
             "exact": f"cpuddp exact ({'bf16 autocast' if bf16 else 'fp32'})",
-            "bf16_master": "cpuddp bf16_master", "defaults": "cpuddp defaults (auto)",
+            "bf16_master": "cpuddp bf16_master", "defaults": f"cpuddp defaults ({'auto' if bf16 else 'fp32'})",
             "lora": f"cpuddp LoRA r 8 ({'bf16 autocast' if bf16 else 'fp32'}, exact levers)"}
 
 
 def row_precision(key: str, bf16: bool) -> str:
     return {"exact": "bf16" if bf16 else "fp32", "lora": "bf16" if bf16 else "fp32", "bf16_master": "bf16_master",
-            "defaults": "auto"}[key]
+            "defaults": "auto" if bf16 else "fp32"}[key]
 
 
 def cpuddp_config(model: str, task: str, precision: str, s: Settings, seed: int, exact: bool = False,
@@ -172,6 +175,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--train-size", type=int, default=1600, help="training pairs per task (dev: 400)")
     parser.add_argument("--dev-size", type=int, default=400)
     parser.add_argument("--max-steps", type=int, default=None, help="cap on steps per run (smoke runs)")
+    parser.add_argument("--fp32", action="store_true", help="every row in fp32, as on a CPU without native bf16")
     parser.add_argument("--json", type=Path, default=Path("bench/results/accuracy-seeds.json"))
     parser.add_argument("--plot", type=Path, default=None, help="PNG of the loss curves")
     return parser.parse_args()
@@ -182,7 +186,7 @@ def main() -> None:
     prepare_job_environment(str(Path(__file__).resolve().parents[1]))
     model = cfg.resolve_model(MODEL)
     cpu = hardware.cpu_summary()
-    bf16 = hardware.has_native_bf16(cpu["isa_flags"])
+    bf16 = hardware.has_native_bf16(cpu["isa_flags"]) and not args.fp32
     log_every = 5 if not args.max_steps or args.max_steps >= 20 else max(1, args.max_steps // 4)
     s = Settings(args.epochs, args.lr, args.max_steps, log_every, bf16, args.lora_lr)
     command = " ".join(["python -m bench.accuracy_seeds", *sys.argv[1:]])
@@ -190,7 +194,8 @@ def main() -> None:
     rows, skipped = [k for k in ROW_KEYS if k in args.rows], {}
     if "bf16_master" in rows and not bf16:
         rows.remove("bf16_master")
-        skipped["bf16_master"] = "no native bf16 on this CPU (avx512_bf16 or amx_bf16): bf16_master is refused"
+        skipped["bf16_master"] = ("--fp32: every row in fp32" if args.fp32 else
+                                  "no native bf16 on this CPU (avx512_bf16 or amx_bf16): bf16_master is refused")
         print(f"skipping {names['bf16_master']}: {skipped['bf16_master']}", flush=True)
     print(f"CPU {hardware.cpu_tag(cpu)}; {time.strftime('%Y-%m-%d')}; {command}", flush=True)
     record = {"date": time.strftime("%Y-%m-%d %H:%M"), "command": command, "cpu": cpu, "cpu_tag": hardware.cpu_tag(cpu),
