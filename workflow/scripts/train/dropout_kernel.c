@@ -325,22 +325,6 @@ static INLINE int attention_forward(const void *restrict q, const void *restrict
     return failed; /* 1: out of memory for the scratch, nothing computed */
 }
 
-CLONES_FMA int attention_forward_bf16(const uint16_t *q, const uint16_t *k, const uint16_t *v, const int64_t *k_off,
-                                       const int64_t *q_off, const int64_t *p_off, int64_t first_seq, int64_t seqs,
-                                       int64_t heads, int64_t size, float scaling, uint64_t seed, uint32_t dropped,
-                                       float keep_scale, uint16_t *probs, uint16_t *out) {
-    return attention_forward(q, k, v, k_off, q_off, p_off, first_seq, seqs, heads, size, scaling, seed, dropped,
-                             keep_scale, probs, out, 0);
-}
-
-CLONES_FMA int attention_forward_fp32(const float *q, const float *k, const float *v, const int64_t *k_off,
-                                       const int64_t *q_off, const int64_t *p_off, int64_t first_seq, int64_t seqs,
-                                       int64_t heads, int64_t size, float scaling, uint64_t seed, uint32_t dropped,
-                                       float keep_scale, float *probs, float *out) {
-    return attention_forward(q, k, v, k_off, q_off, p_off, first_seq, seqs, heads, size, scaling, seed, dropped,
-                             keep_scale, probs, out, 1);
-}
-
 /* Its backward, from the gradient of out and the probs forward kept: per
    sequence and head, row by row the dropout mask recomputed from the seed,
    the gradient of the kept weights, the softmax's backward in float and the
@@ -405,23 +389,25 @@ static INLINE int attention_backward(const void *restrict grad, const void *rest
     return failed; /* 1: out of memory for the scratch, nothing computed */
 }
 
-CLONES_FMA int attention_backward_bf16(const uint16_t *grad, const uint16_t *q, const uint16_t *k, const uint16_t *v,
-                                        const uint16_t *probs, const int64_t *k_off, const int64_t *q_off,
-                                        const int64_t *p_off, int64_t first_seq, int64_t seqs, int64_t heads,
-                                        int64_t size, float scaling, uint64_t seed, uint32_t dropped,
-                                        float keep_scale, uint16_t *dq, uint16_t *dk, uint16_t *dv) {
-    return attention_backward(grad, q, k, v, probs, k_off, q_off, p_off, first_seq, seqs, heads, size, scaling,
-                              seed, dropped, keep_scale, dq, dk, dv, 0);
-}
-
-CLONES_FMA int attention_backward_fp32(const float *grad, const float *q, const float *k, const float *v,
-                                        const float *probs, const int64_t *k_off, const int64_t *q_off,
-                                        const int64_t *p_off, int64_t first_seq, int64_t seqs, int64_t heads,
-                                        int64_t size, float scaling, uint64_t seed, uint32_t dropped,
-                                        float keep_scale, float *dq, float *dk, float *dv) {
-    return attention_backward(grad, q, k, v, probs, k_off, q_off, p_off, first_seq, seqs, heads, size, scaling,
-                              seed, dropped, keep_scale, dq, dk, dv, 1);
-}
+/* The entry points per type (bf16: uint16_t tensors, fp32: float). */
+#define ATTENTION_ENTRIES(NAME, T, FP32)                                                                             \
+    CLONES_FMA int attention_forward_##NAME(const T *q, const T *k, const T *v, const int64_t *k_off,               \
+                                            const int64_t *q_off, const int64_t *p_off, int64_t first_seq,          \
+                                            int64_t seqs, int64_t heads, int64_t size, float scaling,               \
+                                            uint64_t seed, uint32_t dropped, float keep_scale, T *probs, T *out) {  \
+        return attention_forward(q, k, v, k_off, q_off, p_off, first_seq, seqs, heads, size, scaling, seed,         \
+                                 dropped, keep_scale, probs, out, FP32);                                            \
+    }                                                                                                               \
+    CLONES_FMA int attention_backward_##NAME(const T *grad, const T *q, const T *k, const T *v, const T *probs,     \
+                                             const int64_t *k_off, const int64_t *q_off, const int64_t *p_off,      \
+                                             int64_t first_seq, int64_t seqs, int64_t heads, int64_t size,          \
+                                             float scaling, uint64_t seed, uint32_t dropped, float keep_scale,      \
+                                             T *dq, T *dk, T *dv) {                                                 \
+        return attention_backward(grad, q, k, v, probs, k_off, q_off, p_off, first_seq, seqs, heads, size,          \
+                                  scaling, seed, dropped, keep_scale, dq, dk, dv, FP32);                            \
+    }
+ATTENTION_ENTRIES(bf16, uint16_t, 0)
+ATTENTION_ENTRIES(fp32, float, 1)
 
 /* Dropout, residual add and LayerNorm of rows in one pass (cpuddp's encoder's
    post-norm sublayers, encoder/layers.py add_norm): s = bf16(dropout(a) + r),
@@ -567,59 +553,38 @@ void add_norm_partials_fp32(const float *partials, int64_t calls, int64_t width,
     add_norm_partials(partials, calls, width, dgamma, dbeta, 1);
 }
 
-/* Rows first .. first + rows - 1 in calls of `rows_per_call` (first a multiple of it) on `threads` OpenMP threads. */
-int add_norm_forward_bf16_calls(const uint16_t *a, const uint16_t *r, const uint16_t *gamma, const uint16_t *beta,
-                                int64_t width, int64_t first, int64_t rows, int64_t rows_per_call, int threads,
-                                uint64_t seed, uint32_t dropped, float scale, float eps, uint16_t *s, uint16_t *y,
-                                float *mean, float *rstd) {
-    int failed = 0;
-#pragma omp parallel for num_threads(threads) schedule(static) reduction(| : failed)
-    for (int64_t start = first; start < first + rows; start += rows_per_call)
-        failed |= add_norm_forward_bf16(a, r, gamma, beta, width, start,
-                                        first + rows - start < rows_per_call ? first + rows - start : rows_per_call,
-                                        seed, dropped, scale, eps, s, y, mean, rstd);
-    return failed;
-}
-
-/* Backward's calls, each its partial sums at partials + call x 2 x width (add_norm_partials_bf16 adds them). */
-int add_norm_backward_bf16_calls(const uint16_t *dy, const uint16_t *s, const uint16_t *gamma, const float *mean,
-                                 const float *rstd, int64_t width, int64_t first, int64_t rows, int64_t rows_per_call,
-                                 int threads, uint64_t seed, uint32_t dropped, float scale, uint16_t *da,
-                                 uint16_t *dr, float *partials) {
-    int failed = 0;
-#pragma omp parallel for num_threads(threads) schedule(static) reduction(| : failed)
-    for (int64_t start = first; start < first + rows; start += rows_per_call)
-        failed |= add_norm_backward_bf16(dy, s, gamma, mean, rstd, width, start,
-                                         first + rows - start < rows_per_call ? first + rows - start : rows_per_call,
-                                         seed, dropped, scale, da, dr, partials + start / rows_per_call * 2 * width);
-    return failed;
-}
-
-int add_norm_forward_fp32_calls(const float *a, const float *r, const float *gamma, const float *beta,
-                                int64_t width, int64_t first, int64_t rows, int64_t rows_per_call, int threads,
-                                uint64_t seed, uint32_t dropped, float scale, float eps, float *s, float *y,
-                                float *mean, float *rstd) {
-    int failed = 0;
-#pragma omp parallel for num_threads(threads) schedule(static) reduction(| : failed)
-    for (int64_t start = first; start < first + rows; start += rows_per_call)
-        failed |= add_norm_forward_fp32(a, r, gamma, beta, width, start,
-                                        first + rows - start < rows_per_call ? first + rows - start : rows_per_call,
-                                        seed, dropped, scale, eps, s, y, mean, rstd);
-    return failed;
-}
-
-int add_norm_backward_fp32_calls(const float *dy, const float *s, const float *gamma, const float *mean,
-                                 const float *rstd, int64_t width, int64_t first, int64_t rows, int64_t rows_per_call,
-                                 int threads, uint64_t seed, uint32_t dropped, float scale, float *da,
-                                 float *dr, float *partials) {
-    int failed = 0;
-#pragma omp parallel for num_threads(threads) schedule(static) reduction(| : failed)
-    for (int64_t start = first; start < first + rows; start += rows_per_call)
-        failed |= add_norm_backward_fp32(dy, s, gamma, mean, rstd, width, start,
-                                         first + rows - start < rows_per_call ? first + rows - start : rows_per_call,
-                                         seed, dropped, scale, da, dr, partials + start / rows_per_call * 2 * width);
-    return failed;
-}
+/* Rows first .. first + rows - 1 in calls of `rows_per_call` (first a multiple of it) on `threads` OpenMP threads;
+   backward's calls each put their partial sums at partials + call x 2 x width (add_norm_partials_* adds them). */
+#define ADD_NORM_CALLS(NAME, T)                                                                                      \
+    int add_norm_forward_##NAME##_calls(const T *a, const T *r, const T *gamma, const T *beta, int64_t width,        \
+                                        int64_t first, int64_t rows, int64_t rows_per_call, int threads,            \
+                                        uint64_t seed, uint32_t dropped, float scale, float eps, T *s, T *y,        \
+                                        float *mean, float *rstd) {                                                 \
+        int failed = 0;                                                                                             \
+        _Pragma("omp parallel for num_threads(threads) schedule(static) reduction(| : failed)")                     \
+        for (int64_t start = first; start < first + rows; start += rows_per_call)                                   \
+            failed |= add_norm_forward_##NAME(a, r, gamma, beta, width, start,                                      \
+                                              first + rows - start < rows_per_call ? first + rows - start           \
+                                                                                   : rows_per_call,                 \
+                                              seed, dropped, scale, eps, s, y, mean, rstd);                         \
+        return failed;                                                                                              \
+    }                                                                                                               \
+    int add_norm_backward_##NAME##_calls(const T *dy, const T *s, const T *gamma, const float *mean,                \
+                                         const float *rstd, int64_t width, int64_t first, int64_t rows,             \
+                                         int64_t rows_per_call, int threads, uint64_t seed, uint32_t dropped,       \
+                                         float scale, T *da, T *dr, float *partials) {                              \
+        int failed = 0;                                                                                             \
+        _Pragma("omp parallel for num_threads(threads) schedule(static) reduction(| : failed)")                     \
+        for (int64_t start = first; start < first + rows; start += rows_per_call)                                   \
+            failed |= add_norm_backward_##NAME(dy, s, gamma, mean, rstd, width, start,                              \
+                                               first + rows - start < rows_per_call ? first + rows - start          \
+                                                                                    : rows_per_call,                \
+                                               seed, dropped, scale, da, dr,                                        \
+                                               partials + start / rows_per_call * 2 * width);                       \
+        return failed;                                                                                              \
+    }
+ADD_NORM_CALLS(bf16, uint16_t)
+ADD_NORM_CALLS(fp32, float)
 
 #pragma GCC pop_options
 
@@ -628,57 +593,33 @@ int add_norm_backward_fp32_calls(const float *dy, const float *s, const float *g
    the libgomp.so.1 already in the process; dropout_kernel.py checks that only one is mapped), so
    torch's idle workers take them at once, where Python threads waited for the core that a worker
    still spun on after torch's last parallel op. Each call is as on its own: the same bits. */
-int attention_forward_bf16_calls(const uint16_t *q, const uint16_t *k, const uint16_t *v, const int64_t *k_off,
-                                 const int64_t *q_off, const int64_t *p_off, const int64_t *firsts,
-                                 const int64_t *counts, int64_t calls, int threads, int64_t heads, int64_t size,
-                                 float scaling, uint64_t seed, uint32_t dropped, float keep_scale, uint16_t *probs,
-                                 uint16_t *out) {
-    int failed = 0;
-#pragma omp parallel for num_threads(threads) schedule(static, 1) reduction(| : failed)
-    for (int64_t c = 0; c < calls; c++)
-        failed |= attention_forward_bf16(q, k, v, k_off, q_off, p_off, firsts[c], counts[c], heads, size, scaling,
-                                         seed, dropped, keep_scale, probs, out);
-    return failed;
-}
-
-int attention_backward_bf16_calls(const uint16_t *grad, const uint16_t *q, const uint16_t *k, const uint16_t *v,
-                                  const uint16_t *probs, const int64_t *k_off, const int64_t *q_off,
-                                  const int64_t *p_off, const int64_t *firsts, const int64_t *counts, int64_t calls,
-                                  int threads, int64_t heads, int64_t size, float scaling, uint64_t seed,
-                                  uint32_t dropped, float keep_scale, uint16_t *dq, uint16_t *dk, uint16_t *dv) {
-    int failed = 0;
-#pragma omp parallel for num_threads(threads) schedule(static, 1) reduction(| : failed)
-    for (int64_t c = 0; c < calls; c++)
-        failed |= attention_backward_bf16(grad, q, k, v, probs, k_off, q_off, p_off, firsts[c], counts[c], heads,
-                                          size, scaling, seed, dropped, keep_scale, dq, dk, dv);
-    return failed;
-}
-
-int attention_forward_fp32_calls(const float *q, const float *k, const float *v, const int64_t *k_off,
-                                 const int64_t *q_off, const int64_t *p_off, const int64_t *firsts,
-                                 const int64_t *counts, int64_t calls, int threads, int64_t heads, int64_t size,
-                                 float scaling, uint64_t seed, uint32_t dropped, float keep_scale, float *probs,
-                                 float *out) {
-    int failed = 0;
-#pragma omp parallel for num_threads(threads) schedule(static, 1) reduction(| : failed)
-    for (int64_t c = 0; c < calls; c++)
-        failed |= attention_forward_fp32(q, k, v, k_off, q_off, p_off, firsts[c], counts[c], heads, size, scaling,
-                                         seed, dropped, keep_scale, probs, out);
-    return failed;
-}
-
-int attention_backward_fp32_calls(const float *grad, const float *q, const float *k, const float *v,
-                                  const float *probs, const int64_t *k_off, const int64_t *q_off,
-                                  const int64_t *p_off, const int64_t *firsts, const int64_t *counts, int64_t calls,
-                                  int threads, int64_t heads, int64_t size, float scaling, uint64_t seed,
-                                  uint32_t dropped, float keep_scale, float *dq, float *dk, float *dv) {
-    int failed = 0;
-#pragma omp parallel for num_threads(threads) schedule(static, 1) reduction(| : failed)
-    for (int64_t c = 0; c < calls; c++)
-        failed |= attention_backward_fp32(grad, q, k, v, probs, k_off, q_off, p_off, firsts[c], counts[c], heads,
-                                          size, scaling, seed, dropped, keep_scale, dq, dk, dv);
-    return failed;
-}
+#define ATTENTION_CALLS(NAME, T)                                                                                   \
+    int attention_forward_##NAME##_calls(const T *q, const T *k, const T *v, const int64_t *k_off,                  \
+                                         const int64_t *q_off, const int64_t *p_off, const int64_t *firsts,         \
+                                         const int64_t *counts, int64_t calls, int threads, int64_t heads,          \
+                                         int64_t size, float scaling, uint64_t seed, uint32_t dropped,              \
+                                         float keep_scale, T *probs, T *out) {                                      \
+        int failed = 0;                                                                                             \
+        _Pragma("omp parallel for num_threads(threads) schedule(static, 1) reduction(| : failed)")                  \
+        for (int64_t c = 0; c < calls; c++)                                                                         \
+            failed |= attention_forward_##NAME(q, k, v, k_off, q_off, p_off, firsts[c], counts[c], heads, size,     \
+                                               scaling, seed, dropped, keep_scale, probs, out);                     \
+        return failed;                                                                                              \
+    }                                                                                                               \
+    int attention_backward_##NAME##_calls(const T *grad, const T *q, const T *k, const T *v, const T *probs,        \
+                                          const int64_t *k_off, const int64_t *q_off, const int64_t *p_off,         \
+                                          const int64_t *firsts, const int64_t *counts, int64_t calls, int threads, \
+                                          int64_t heads, int64_t size, float scaling, uint64_t seed,                \
+                                          uint32_t dropped, float keep_scale, T *dq, T *dk, T *dv) {                \
+        int failed = 0;                                                                                             \
+        _Pragma("omp parallel for num_threads(threads) schedule(static, 1) reduction(| : failed)")                  \
+        for (int64_t c = 0; c < calls; c++)                                                                         \
+            failed |= attention_backward_##NAME(grad, q, k, v, probs, k_off, q_off, p_off, firsts[c], counts[c],    \
+                                                heads, size, scaling, seed, dropped, keep_scale, dq, dk, dv);       \
+        return failed;                                                                                              \
+    }
+ATTENTION_CALLS(bf16, uint16_t)
+ATTENTION_CALLS(fp32, float)
 
 /* Dropout of n elements on `threads` OpenMP threads, in pieces of `piece` elements: the mask follows
    each element's index, so any cut gives the same bits. */
