@@ -23,13 +23,10 @@ import functools
 
 import torch
 
-from workflow.scripts.train.dropout_kernel import Kernel, draw_seed, dropped, keep_scale
+from workflow.scripts.train.dropout_kernel import TYPES, Kernel, draw_seed, dropped, keep_scale
 from workflow.scripts.train.kernel_build import CHUNK, run
 
 NORM_ROWS = 16  # rows of a call: its unit of work and of gamma's and beta's partial sums
-
-
-TYPES = {torch.bfloat16: "bf16", torch.float32: "fp32"}
 
 
 class EntryPoints:

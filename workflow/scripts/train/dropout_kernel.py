@@ -29,6 +29,7 @@ from workflow.scripts.train.kernel_build import CHUNK, run
 SOURCE = Path(__file__).with_name("dropout_kernel.c")
 BITS = 16  # p is exact to 1/2^16
 PIECE = 1 << 16  # elements of a dropout's piece on an OpenMP thread
+TYPES = {torch.bfloat16: "bf16", torch.float32: "fp32"}  # the C entry points' suffix per dtype
 
 
 @dataclass
@@ -77,7 +78,7 @@ class Kernel:
         on_threads = [pointer] * 2 + [count, ctypes.c_int] + [count] * 2 + [real, seed, threshold, real]
         self.attention_entries = {}
         """Per dtype, the attention's (forward, backward) C functions: one call, then on OpenMP threads."""
-        for dtype, name in ((torch.bfloat16, "bf16"), (torch.float32, "fp32")):
+        for dtype, name in TYPES.items():
             one = getattr(lib, f"attention_forward_{name}"), getattr(lib, f"attention_backward_{name}")
             many = getattr(lib, f"attention_forward_{name}_calls"), getattr(lib, f"attention_backward_{name}_calls")
             one[0].argtypes, one[1].argtypes = [pointer] * 3 + offsets + [pointer] * 2, \
