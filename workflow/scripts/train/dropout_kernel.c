@@ -268,8 +268,8 @@ static INLINE float softmax_numerators(float *r, int64_t n, int64_t padded) {
     return sum;
 }
 
-/* The kept weight of a prob: prob x keep_scale where kept, else 0; rounded to bf16 as dropout_bf16 rounds
-   (bf16), as dropout_fp32 computes it (fp32). */
+/* One element's dropout (a prob's kept weight, the add-norm's dropped input and gradient): x x keep_scale
+   where kept, else 0; rounded to bf16 as dropout_bf16 rounds (bf16), as dropout_fp32 computes it (fp32). */
 static INLINE float kept_weight(float prob, uint32_t keep, float keep_scale, const int fp32) {
     return fp32 ? float_of(bits_of(prob * keep_scale) & keep)
                 : float_of(((uint32_t)round_bf16(prob * keep_scale) << 16) & keep);
@@ -439,11 +439,6 @@ static INLINE float lane_sum(const float *x, int64_t n) {
     return sum;
 }
 
-/* dropout_bf16's or dropout_fp32's element: x x scale where kept, else 0, as a float (rounded to bf16 there). */
-static INLINE float dropped_value(float x, float scale, uint32_t keep, const int fp32) {
-    return fp32 ? float_of(bits_of(x * scale) & keep) : bf16_value((uint16_t)(round_bf16(x * scale) & keep));
-}
-
 /* x rounded as the tensor's type stores it. */
 static INLINE float stored(float x, const int fp32) { return fp32 ? x : bf16_value(round_bf16(x)); }
 
@@ -459,8 +454,8 @@ static INLINE int add_norm_forward(const void *restrict a, const void *restrict 
         int64_t row = i * width;
         uint32_t base = (uint32_t)row;
         for (int64_t j = 0; j < width; j++) {
-            float kept = dropped_value(element(a, row + j, fp32), scale,
-                                       keep_mask_or_all(base + (uint32_t)j, lo, hi, dropped), fp32);
+            float kept = kept_weight(element(a, row + j, fp32),
+                                     keep_mask_or_all(base + (uint32_t)j, lo, hi, dropped), scale, fp32);
             x[j] = stored(kept + element(r, row + j, fp32), fp32);
             put(s, row + j, x[j], fp32);
         }
@@ -505,7 +500,7 @@ static INLINE int add_norm_backward(const void *restrict dy, const void *restric
         for (int64_t j = 0; j < width; j++) {
             float grad = stored(rs * (g[j] - mean_g - xhat[j] * mean_gx), fp32);
             put(dr, row + j, grad, fp32);
-            put(da, row + j, dropped_value(grad, scale, keep_mask_or_all(base + (uint32_t)j, lo, hi, dropped), fp32),
+            put(da, row + j, kept_weight(grad, keep_mask_or_all(base + (uint32_t)j, lo, hi, dropped), scale, fp32),
                 fp32);
         }
     }
