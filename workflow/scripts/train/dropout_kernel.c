@@ -23,10 +23,14 @@
 #include <string.h>
 #include <math.h>
 
+/* A build may fix the ISA instead (CC="cc -march=x86-64-v3 -DCLONES= -DCLONES_FMA=": the AVX2 code
+   alone, as an AVX2-only CPU runs it; tests/integration/test_kernel_isa.py, bench.glue_runs --isa). */
+#ifndef CLONES
 #if defined(__x86_64__) && defined(__GNUC__)
 #define CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define CLONES
+#endif
 #endif
 
 static inline uint32_t mix(uint32_t x) {
@@ -136,10 +140,13 @@ typedef float vec __attribute__((vector_size(64)));
 #pragma GCC optimize("fp-contract=fast")
 /* ISA-level clones (AVX-512 or AVX2, each with FMA), dispatched on the CPU's
    features, from GCC 12; older GCC and clang get the ISA clones above. */
+#ifndef CLONES_FMA
+#define ISA_AT_RUN_TIME /* else the build's -march fixed it (see CLONES) */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12
 #define CLONES_FMA __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define CLONES_FMA CLONES
+#endif
 #endif
 
 static INLINE float bf16_value(uint16_t x) { return float_of((uint32_t)x << 16); }
@@ -200,8 +207,8 @@ static INLINE void columns_to_float(const void *src, int64_t first, int64_t rows
    of fused multiply-adds (a chain's latency would otherwise stall), where
    a row at a time loaded every vector once per row and ran 2-4 chains.
    Each output is one chain over t in order, so its rounding does not
-   depend on the block it fell in. AVX-512 takes 4 x 4 blocks; else
-   2 x 2, whose 4 accumulators fit AVX2's 16 registers. */
+   depend on the block it fell in. AVX-512 takes 4 x 4 blocks; AVX2 and
+   plain x86-64, mac_block_halves. */
 static INLINE void mac_block(const float *w, int64_t rs, int64_t ts, int64_t terms, const vec *rows,
                              int64_t rstride, vec *out, int64_t ostride, const int R, const int C) {
     vec acc[4][4] = {{{0}}};
@@ -217,20 +224,58 @@ static INLINE void mac_block(const float *w, int64_t rs, int64_t ts, int64_t ter
         for (int c = 0; c < C; c++) out[r * ostride + c] = acc[r][c];
 }
 
+/* mac_block where a vector is wider than the ISA's registers: GCC kept a
+   block of 16-float vectors on the stack (each multiply-add a load and a
+   store, the weight's broadcast built lane by lane: AVX2 ran the attention
+   5-8x slower than AVX-512). Here up to 2 rows x 2 vectors, as 8-float
+   halves, which GCC keeps in AVX2's 16 registers (8 accumulators); every
+   output the same chain as mac_block's, so the same bits. */
+typedef float half __attribute__((vector_size(32)));
+static INLINE void mac_block_halves(const float *w, int64_t rs, int64_t ts, int64_t terms, const vec *rows,
+                                    int64_t rstride, vec *out, int64_t ostride, const int R, const int C) {
+    half acc[2][4] = {{{0}}};
+    for (int64_t t = 0; t < terms; t++) {
+        const half *x = (const half *)(rows + t * rstride);
+        const float *wt = w + t * ts;
+        for (int r = 0; r < R; r++) {
+            float b = wt[r * rs];
+            for (int h = 0; h < 2 * C; h++) acc[r][h] += b * x[h];
+        }
+    }
+    for (int r = 0; r < R; r++)
+        for (int h = 0; h < 2 * C; h++) ((half *)(out + r * ostride))[h] = acc[r][h];
+}
+
 #define MAC_CASE(R, C) \
     case (R) * 8 + (C): mac_block(w0, rs, ts, terms, rows0, rstride, out0, ostride, R, C); break;
+#define MAC_HALVES_CASE(R, C) \
+    case (R) * 8 + (C): mac_block_halves(w0, rs, ts, terms, rows0, rstride, out0, ostride, R, C); break;
 
 /* One function (a clone per ISA, called by the attention's clones), not
    inlined into every call: its 16 block shapes compile once. */
 CLONES_FMA static void mac(const float *w, int64_t rs, int64_t ts, int64_t terms, int64_t count, const vec *rows,
                            int64_t rstride, int64_t cols, vec *out, int64_t ostride) {
-    int64_t most = __builtin_cpu_supports("avx512f") ? 4 : 2;
+    /* The clone that runs is the widest the CPU has, so the CPU says whether it is AVX-512's,
+       unless the build fixed the ISA. Either way each output sums its terms in the same order. */
+#ifdef ISA_AT_RUN_TIME
+    const int wide = __builtin_cpu_supports("avx512f");
+#elif defined(__AVX512F__)
+    const int wide = 1;
+#else
+    const int wide = 0;
+#endif
+    int64_t most = wide ? 4 : 2;
     for (int64_t r0 = 0; r0 < count; r0 += most)
         for (int64_t c0 = 0; c0 < cols; c0 += most) {
             int64_t R = count - r0 < most ? count - r0 : most, C = cols - c0 < most ? cols - c0 : most;
             const float *w0 = w + r0 * rs;
             const vec *rows0 = rows + c0;
             vec *out0 = out + r0 * ostride + c0;
+            if (!wide) {
+                switch (R * 8 + C) { MAC_HALVES_CASE(1, 1) MAC_HALVES_CASE(1, 2) MAC_HALVES_CASE(2, 1)
+                                     MAC_HALVES_CASE(2, 2) }
+                continue;
+            }
             switch (R * 8 + C) {
                 MAC_CASE(1, 1) MAC_CASE(1, 2) MAC_CASE(1, 3) MAC_CASE(1, 4)
                 MAC_CASE(2, 1) MAC_CASE(2, 2) MAC_CASE(2, 3) MAC_CASE(2, 4)

@@ -33,10 +33,13 @@
 #include <stdint.h>
 #include <string.h>
 
+/* Or the ISA the build fixes (-DCLONES= with -march, as dropout_kernel.c). */
+#ifndef CLONES
 #if defined(__x86_64__) && defined(__GNUC__)
 #define CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define CLONES
+#endif
 #endif
 
 static inline float widen(uint16_t h) {
