@@ -227,7 +227,7 @@ static INLINE void mac_block(const float *w, int64_t rs, int64_t ts, int64_t ter
 /* mac_block where a vector is wider than the ISA's registers: GCC kept a
    block of 16-float vectors on the stack (each multiply-add a load and a
    store, the weight's broadcast built lane by lane: AVX2 ran the attention
-   5-8x slower than AVX-512). Here up to 2 rows x 2 vectors, as 8-float
+   9-19x slower than AVX-512). Here up to 2 rows x 2 vectors, as 8-float
    halves, which GCC keeps in AVX2's 16 registers (8 accumulators); every
    output the same chain as mac_block's, so the same bits. */
 typedef float half __attribute__((vector_size(32)));
