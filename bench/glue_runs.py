@@ -152,8 +152,8 @@ def main() -> None:
     bf16 = hardware.has_native_bf16(cpu["isa_flags"]) and not args.fp32 and not args.isa  # AVX2 has no bf16
     print(f"CPU {hardware.cpu_tag(cpu)}; {time.strftime('%Y-%m-%d %H:%M')}; python -m bench.glue_runs "
           f"{' '.join(sys.argv[1:])}; the Trainer in {'bf16' if bf16 else 'fp32'}", flush=True)
-    if isa.held_to():
-        print(isa.describe(), flush=True)
+    if held := isa.describe():
+        print(held, flush=True)
     model = cfg.resolve_model(train_bench.MODEL)
     from transformers import AutoConfig
 

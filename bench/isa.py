@@ -3,7 +3,7 @@ library that picks its code from the CPU's flags is held to AVX2 + FMA, on
 both sides of a pair. torch's own kernels (ATEN_CPU_CAPABILITY), oneDNN
 (ONEDNN_MAX_CPU_ISA), MKL's fp32 matmuls (MKL_ENABLE_INSTRUCTIONS) and
 cpuddp's C kernels, built for x86-64-v3 alone instead of dispatching
-(CC with -DCLONES=, which dropout_kernel.c and master_adamw.c honour;
+(kernel_build.fixed_isa_compiler: CC with -DCLONES=;
 tests/integration/test_kernel_isa.py checks that build's bits). The bench
 re-executes itself with these set, so they hold from the first import on,
 in it, in the Trainer's processes and in cpuddp's ranks (distributed.env).
@@ -18,6 +18,8 @@ from __future__ import annotations
 import os
 import sys
 
+from workflow.scripts.train import kernel_build
+
 MARKER = "CPUDDP_BENCH_ISA"
 LIMITS = {"avx2": {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}}
 MARCH = {"avx2": "x86-64-v3"}
@@ -25,8 +27,7 @@ MARCH = {"avx2": "x86-64-v3"}
 
 def limits(isa: str) -> dict[str, str]:
     """The variables that hold every library to `isa`, the C compiler's included."""
-    cc = os.environ.get("CC") or "cc"
-    return {**LIMITS[isa], "CC": f"{cc} -march={MARCH[isa]} -DCLONES= -DCLONES_FMA=", MARKER: isa}
+    return {**LIMITS[isa], "CC": kernel_build.fixed_isa_compiler(MARCH[isa]), MARKER: isa}
 
 
 def held_to() -> str | None:
@@ -50,7 +51,7 @@ def reexec_held_to(isa: str | None, module: str) -> None:
 
 
 def describe() -> str:
-    """'' or the line a held bench prints under its CPU line."""
+    """'' or, held, the line a bench prints under its CPU line."""
     isa = held_to()
     if not isa:
         return ""

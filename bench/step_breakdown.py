@@ -203,8 +203,8 @@ def main(argv=None) -> None:
     print(f"CPU {hardware.cpu_tag(cpu)}; {time.strftime('%Y-%m-%d %H:%M')}; python -m bench.step_breakdown "
           f"--model {args.model} --threads {args.threads} {' '.join('--speed ' + s for s in args.speed)}; {precision}",
           flush=True)
-    if isa.held_to():
-        print(isa.describe(), flush=True)
+    if held := isa.describe():
+        print(held, flush=True)
     speed_settings = dict(item.split("=", 1) for item in args.speed)
     with tempfile.TemporaryDirectory() as work:
         model = train_bench.bert_base(Path(work), minilm) if args.model == "bert-base" else minilm

@@ -2,8 +2,8 @@
 dispatches at run time (target_clones) to the widest code this CPU has, so
 on an AVX-512 machine the tests never run the AVX2 code an AVX2-only EPYC
 trains with, nor the plain x86-64 fallback. Here each kernel is built with
-the ISA fixed (CC="cc -march=... -DCLONES= -DCLONES_FMA=", which kernel_build
-honours and keys its cache on), checked to hold no wider instruction, and
+the ISA fixed (kernel_build.fixed_isa_compiler: CC="cc -march=... -DCLONES=
+-DCLONES_FMA=", which keys the cache), checked to hold no wider instruction, and
 must compute what the dispatching build computes on the same inputs: the
 dropout masks, the one-pass AdamW and its clip norm bit for bit on every ISA
 (-ffp-contract=off); the attention and the add-norm pass bit for bit where
@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from workflow.scripts.probes import hardware
-from workflow.scripts.train import dropout_kernel, master_kernel
+from workflow.scripts.train import dropout_kernel, kernel_build, master_kernel
 from workflow.scripts.train.add_norm import KernelAddNorm
 from workflow.scripts.train.dropout_kernel import Layout, dropped, keep_scale
 
@@ -31,10 +31,6 @@ pytestmark = pytest.mark.skipif(shutil.which("cc") is None or shutil.which("objd
 # -march level: (the lscpu flags it needs, whether it has FMA, the register a wider ISA would use)
 ISAS = {"x86-64-v3": (("avx2", "fma"), True, "%zmm"), "x86-64": ((), False, "%ymm")}
 FP32_GAP, BF16_GAP = 1e-6, 1e-3  # relative gap in norm allowed without FMA (seen: 2e-7, 2e-6)
-
-
-def fixed_cc(march: str) -> str:
-    return f"{os.environ.get('CC') or 'cc'} -march={march} -DCLONES= -DCLONES_FMA="
 
 
 @pytest.fixture(scope="module", params=list(ISAS))
@@ -47,7 +43,7 @@ def isa(request, tmp_path_factory):
     cache = tmp_path_factory.mktemp(request.param)
     built = []
     for module in (dropout_kernel, master_kernel):
-        kernel, where = module.build(fixed_cc(request.param), cache)
+        kernel, where = module.build(kernel_build.fixed_isa_compiler(request.param), cache)
         assert kernel is not None, where
         code = subprocess.run(["objdump", "-d", where], capture_output=True, text=True, check=True).stdout
         assert wider not in code, f"{where}: {wider} registers in a {request.param} build"
@@ -71,8 +67,8 @@ def same_or_close(got, want, fma: bool, dtype: torch.dtype) -> None:
             assert (a.double() - b.double()).norm() <= gap * b.double().norm()
 
 
-def test_the_fixed_build_has_only_its_isa_and_the_native_one_is_wider(isa, native):
-    """The check above is no formality: the dispatching build holds AVX-512 code on an AVX-512 CPU."""
+def test_the_dispatching_build_holds_avx512_code_on_an_avx512_cpu(native):
+    """So the fixture's check for wider registers is no formality."""
     if "avx512f" not in hardware.cpu_summary()["isa_flags"]:
         pytest.skip("not an AVX-512 CPU")
     code = subprocess.run(["objdump", "-d", dropout_kernel.load()[1]], capture_output=True, text=True,
@@ -144,9 +140,7 @@ def test_the_one_pass_adamw_and_its_clip_norm_are_the_same_bits_on_every_isa(isa
 
 def test_the_fixed_isa_is_part_of_the_cache_key(isa, tmp_path):
     """Two builds of one source for two ISAs never share a cached library."""
-    command = shlex.split(fixed_cc(isa[0]))
-    other = shlex.split(fixed_cc("x86-64-v2"))
-    from workflow.scripts.train import kernel_build
-
+    command = shlex.split(kernel_build.fixed_isa_compiler(isa[0]))
+    other = shlex.split(kernel_build.fixed_isa_compiler("x86-64-v2"))
     assert kernel_build.cached_path(dropout_kernel.SOURCE, command, tmp_path) != \
         kernel_build.cached_path(dropout_kernel.SOURCE, other, tmp_path)

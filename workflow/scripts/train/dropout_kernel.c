@@ -271,16 +271,14 @@ CLONES_FMA static void mac(const float *w, int64_t rs, int64_t ts, int64_t terms
             const float *w0 = w + r0 * rs;
             const vec *rows0 = rows + c0;
             vec *out0 = out + r0 * ostride + c0;
-            if (!wide) {
-                switch (R * 8 + C) { MAC_HALVES_CASE(1, 1) MAC_HALVES_CASE(1, 2) MAC_HALVES_CASE(2, 1)
-                                     MAC_HALVES_CASE(2, 2) }
-                continue;
-            }
-            switch (R * 8 + C) {
+            if (wide) switch (R * 8 + C) {
                 MAC_CASE(1, 1) MAC_CASE(1, 2) MAC_CASE(1, 3) MAC_CASE(1, 4)
                 MAC_CASE(2, 1) MAC_CASE(2, 2) MAC_CASE(2, 3) MAC_CASE(2, 4)
                 MAC_CASE(3, 1) MAC_CASE(3, 2) MAC_CASE(3, 3) MAC_CASE(3, 4)
                 MAC_CASE(4, 1) MAC_CASE(4, 2) MAC_CASE(4, 3) MAC_CASE(4, 4)
+            }
+            else switch (R * 8 + C) {
+                MAC_HALVES_CASE(1, 1) MAC_HALVES_CASE(1, 2) MAC_HALVES_CASE(2, 1) MAC_HALVES_CASE(2, 2)
             }
         }
 }

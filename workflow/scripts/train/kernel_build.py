@@ -58,6 +58,15 @@ OPENMP = "-fopenmp"
 CHUNK = 1 << 20  # elements per call: a multiple of the sum's 16 lanes
 
 
+def fixed_isa_compiler(march: str, cc: str | None = None) -> str:
+    """A compiler command ($CC, else cc) that builds a kernel for `march` alone
+    (x86-64-v3: AVX2's code) instead of target_clones' run-time pick: the C
+    files keep a CLONES or CLONES_FMA the command defines. The code an
+    AVX2-only CPU runs, on any x86-64 CPU (tests/integration/test_kernel_isa.py,
+    bench/isa.py); the command is part of the cache key."""
+    return f"{cc or os.environ.get('CC') or 'cc'} -march={march} -DCLONES= -DCLONES_FMA="
+
+
 def cache_root() -> Path:
     return Path(os.environ.get("CPUDDP_KERNEL_CACHE") or Path.home() / ".cache" / "cpuddp" / "kernels")
 
