@@ -2,12 +2,17 @@
 (MasterAdamW row_sparse, master_adamw.c adamw_bf16_rows): with weight decay
 0 it gives the full update's bits, step after step, on one thread and
 two, through clipping, a resume and a NaN; with weight decay it updates
-every row; training's optimizer takes the model's embedding tables."""
+every row; training's optimizer takes the model's embedding tables. Where
+the rows a table's gradient can be non-zero in are known (row_hint: the
+word embedding's all-reduce), the clip's sum of squares reads only them
+(sum_squares_flagged_bf16) and the rows are marked without a scan, for the
+same bits."""
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 
 import pytest
 import torch
@@ -17,6 +22,7 @@ from workflow.scripts.settings import levers
 from workflow.scripts.settings.decisions import RunDecisions
 from workflow.scripts.settings.views import TrainSettings
 from workflow.scripts.train import encoder, master, master_kernel, speed
+from workflow.scripts.train.embedding_grad import GradPool
 from workflow.scripts.train.master import MasterAdamW
 from workflow.scripts.train.state import make_optimizer
 
@@ -51,9 +57,9 @@ def touch(step: int, table, dense, rows: int = 400) -> torch.Tensor:
     return used
 
 
-def optimizer(table, dense, sparse: bool, weight_decay: float = 0.0) -> MasterAdamW:
+def optimizer(table, dense, sparse: bool, weight_decay: float = 0.0, row_hint=None) -> MasterAdamW:
     return MasterAdamW([{"params": [table, dense], "weight_decay": weight_decay}], one_pass=True, lr=1e-3,
-                       fused=True, row_sparse=[table] if sparse else ())
+                       fused=True, row_sparse=[table] if sparse else (), row_hint=row_hint)
 
 
 def state_of(opt: MasterAdamW, params) -> list[torch.Tensor]:
@@ -151,3 +157,56 @@ def test_training_hands_the_embedding_tables_to_the_optimizer():
     opt, _ = make_optimizer(model, TrainSettings(), 10, decisions, parts)
     tables = {id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Embedding)}
     assert opt.one_pass and opt.row_sparse == tables and len(tables) >= 2  # word, position (, token type)
+
+
+@pytest.mark.parametrize("width", [48, 50, 7])
+def test_the_flagged_sum_of_squares_is_the_whole_sum_bit_for_bit(kernel, width):
+    """Rows across chunk boundaries, a width that is no multiple of 16, a
+    last chunk with a tail, -0 in a left-out row: the same bits as reading
+    every element, and a wrong flag (a non-zero row left out) shows."""
+    rows = 2 * (master_kernel.CHUNK // width) + 37
+    generator = torch.Generator().manual_seed(width)
+    used = torch.randint(0, rows, (300,), generator=generator).unique()
+    grad = torch.zeros(rows, width)
+    grad[used] = torch.randn(used.numel(), width, generator=generator) * 1e3
+    grad[rows // 2] = -0.0
+    grad = grad.bfloat16()
+    flags = torch.zeros(rows, dtype=torch.uint8).index_fill_(0, used, 1)
+    whole = kernel.sum_squares_bf16([grad])
+    assert whole == kernel.sum_squares_bf16([grad], [flags]) > 0
+    assert whole == pytest.approx(math.fsum(grad[used].double().square().flatten().tolist()), rel=1e-12)
+    flags[used[0]] = 0
+    assert kernel.sum_squares_bf16([grad], [flags]) < whole
+
+
+def test_with_the_rows_known_clipping_and_the_update_are_the_full_ones_bit_for_bit():
+    """row_hint's rows (a superset of the non-zero ones, as the all-reduce's
+    union is: a few rows with a zero gradient too) for clipping's sum and
+    the active rows: the same states as the full update, step after step."""
+    params = [model_params(), model_params()]
+    known = {}
+    hinted = optimizer(*params[0], sparse=True, row_hint=lambda grad: known.get(grad.data_ptr()))
+    full = optimizer(*params[1], sparse=False)
+    for step in range(4):
+        for (table, dense), opt in ((params[0], hinted), (params[1], full)):
+            used = touch(step, table, dense)
+            extra = torch.tensor([ROWS - 1, ROWS - 2])  # rows no token used: zero gradients, marked anyway
+            known.clear()
+            known[table.grad.data_ptr()] = torch.cat([used, extra]).unique()
+            opt.clip_grad_norm(0.5)
+            opt.step()
+            opt.zero_grad()
+        assert_equal(state_of(hinted, params[0]), state_of(full, params[1]))
+    assert int(hinted.active[id(params[0][0])][ROWS - 2:].sum()) == 2
+
+
+def test_the_pool_knows_the_rows_of_the_reduced_table_only():
+    pool = GradPool()
+    table = torch.zeros(10, 4)
+    rows = torch.tensor([1, 5])
+    assert pool.rows_of(table) is None
+    pool.adopt(table, rows)
+    assert torch.equal(pool.rows_of(table), rows)
+    assert pool.rows_of(torch.zeros(10, 4)) is None and pool.rows_of(table[:5]) is None
+    pool.gradient(torch.zeros(10, 4), torch.tensor([2]), torch.ones(1, 4))  # the next backward
+    assert pool.rows_of(table) is None

@@ -20,6 +20,7 @@ class GradPool:
         self.table: torch.Tensor | None = None
         self.rows: list[torch.Tensor] = []
         self.complete = False  # rows holds every row of the gradient the step holds
+        self.reduced: torch.Tensor | None = None  # the all-reduced rows of the adopted table (rows_of)
 
     def adopt(self, view: torch.Tensor, rows: torch.Tensor) -> None:
         """Write the next step's gradient into `view`, the table's view in
@@ -27,6 +28,15 @@ class GradPool:
         (grad_buckets direct, train/bucket_grads.py): DDP copies no table
         into its bucket then."""
         self.table, self.rows, self.complete = view, [rows], False
+        self.reduced = rows
+
+    def rows_of(self, grad: torch.Tensor) -> torch.Tensor | None:
+        """The rows `grad` can be non-zero in, where it is the table adopt()
+        was given since the last backward (the all-reduced gradient); else None."""
+        table = self.table if self.reduced is not None else None
+        if table is None or grad.data_ptr() != table.data_ptr() or grad.shape != table.shape:
+            return None
+        return self.reduced
 
     def touched_rows(self) -> torch.Tensor | None:
         """The rows this step's gradient can be non-zero in (sorted), or
@@ -37,6 +47,7 @@ class GradPool:
         """embedding_dense_backward's result: each row the sum, in token
         order, of its tokens' gradients (padding skipped by the caller)."""
         shape = (weight.shape[0], grad.shape[-1])
+        self.reduced = None  # a new backward: the table is no longer the reduced one
         if weight.grad is not None:  # accumulating into what the step holds: a new table, as torch does
             if self.table is not None and weight.grad.data_ptr() == self.table.data_ptr():
                 self.rows.append(ids)  # autograd adds it into our table

@@ -91,7 +91,7 @@ class MasterAdamW(torch.optim.AdamW):
     (train/master_kernel.py), which must have loaded; clipping then goes
     through clip_grad_norm."""
 
-    def __init__(self, groups: list[dict], one_pass: bool = False, row_sparse=(), **kwargs):
+    def __init__(self, groups: list[dict], one_pass: bool = False, row_sparse=(), row_hint=None, **kwargs):
         self.model_params: list[torch.Tensor] = []
         master_groups = []
         for group in groups:
@@ -119,6 +119,9 @@ class MasterAdamW(torch.optim.AdamW):
         self.row_sparse = {id(p) for p in self.model_params if id(p) in sparse and p.dim() == 2}
         self.active: dict[int, torch.Tensor] = {}  # id of a row_sparse parameter: its active rows (uint8)
         self.rows_updated = [0, 0]  # rows of the row_sparse tables updated, and their rows, over the steps
+        # The rows a row_sparse table's gradient can be non-zero in, where something already knows them
+        # (the word embedding's all-reduce: embedding_grad.GradPool.rows_of), else None: then they are read.
+        self.row_hint = row_hint or (lambda grad: None)
 
     def stage_gradients(self) -> list[torch.Tensor]:
         """Widen the bf16 gradients into the masters' fp32 ones (kept from
@@ -147,10 +150,16 @@ class MasterAdamW(torch.optim.AdamW):
         assert self.one_pass, "the three-pass path clips the masters' gradients (stage_gradients)"
         low = [p.grad for p, _ in self.lowered if p.grad is not None]
         full = [p.grad for p in self.model_params if p.dtype == torch.float32 and p.grad is not None]
-        squares = self.kernel.sum_squares_bf16(low) + math.fsum(float(g.double().square().sum()) for g in full)
+        squares = self.kernel.sum_squares_bf16(low, [self.nonzero_rows(g) for g in low]) \
+            + math.fsum(float(g.double().square().sum()) for g in full)
         norm = torch.tensor(math.sqrt(squares), dtype=torch.float32)
         self.clip_scale = float(torch.clamp(max_norm / (norm + 1e-6), max=1.0))  # as clip_grads_with_norm_
         return norm
+
+    def nonzero_rows(self, grad: torch.Tensor) -> torch.Tensor | None:
+        """A flag per row of `grad`, 0 where it is all zeros, where row_hint knows its rows; else None."""
+        rows = self.row_hint(grad)
+        return None if rows is None else torch.zeros(grad.shape[0], dtype=torch.uint8).index_fill_(0, rows, 1)
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -210,7 +219,11 @@ class MasterAdamW(torch.optim.AdamW):
         if active is None:
             active = (state["exp_avg"].ne(0) | state["exp_avg_sq"].ne(0)).any(dim=1).to(torch.uint8)
             self.active[id(p)] = active
-        self.kernel.run(self.kernel.mark_rows(p.grad, active))
+        rows = self.row_hint(p.grad)
+        if rows is None:
+            self.kernel.run(self.kernel.mark_rows(p.grad, active))
+        else:  # a known row whose gradient is zero comes out of the update unchanged: marking it is exact
+            active.index_fill_(0, rows, 1)
         self.rows_updated[0] += int(active.sum())
         self.rows_updated[1] += active.numel()
         return active

@@ -161,13 +161,49 @@ CLONES double sum_squares_bf16(const uint16_t *restrict grad, int64_t n) {
     return total;
 }
 
+/* sum_squares_bf16 of the n elements from element `first` of a table of
+   `width`-element rows, reading only the rows flagged in `active` (a flag
+   per row of the whole table). A row left out must be all zeros (+0 or
+   -0): its squares would change no lane and no tail, so the result is
+   sum_squares_bf16's over the same n elements, bit for bit. The word
+   embedding's gradient is non-zero in the rows a step's tokens used, a few
+   hundred of ~30,000 (MasterAdamW.clip_grad_norm). */
+CLONES double sum_squares_flagged_bf16(const uint16_t *restrict grad, int64_t n, int64_t first, int64_t width,
+                                       const uint8_t *restrict active) {
+    double lanes[16] = {0.0}, total = 0.0;
+    int64_t body = n - n % 16; /* sum_squares_bf16's lanes; the rest its tail, in order */
+    for (int64_t r = first / width; r * width < first + n; r++) {
+        if (!active[r]) continue;
+        int64_t i = r * width - first > 0 ? r * width - first : 0;
+        int64_t end = r * width - first + width < n ? r * width - first + width : n;
+        for (; i < end && i % 16 && i < body; i++) {
+            double g = widen(grad[i]);
+            lanes[i % 16] += g * g;
+        }
+        for (; i + 16 <= end && i + 16 <= body; i += 16)
+            for (int k = 0; k < 16; k++) {
+                double g = widen(grad[i + k]);
+                lanes[k] += g * g;
+            }
+        for (; i < end; i++) {
+            double g = widen(grad[i]);
+            if (i < body)
+                lanes[i % 16] += g * g;
+            else
+                total += g * g;
+        }
+    }
+    for (int k = 0; k < 16; k++) total += lanes[k];
+    return total;
+}
+
 /* A step's calls (master_kernel.py gathers them: a call per chunk of a parameter) on `threads` threads
    of OpenMP: built with -fopenmp, on the runtime torch loaded (the loader gives this library the
    libgomp.so.1 already in the process; kernel_build.py checks that only one is mapped), so torch's
    idle workers take them at once, where Python threads waited for the core a worker still spun on
    after torch's last parallel op. The calls write disjoint memory and each computes as on its own:
    the same bits in any order; a sum of squares goes to sums[c]. */
-enum { ADAMW_BF16, ADAMW_FP32, ADAMW_BF16_ROWS, MARK_ROWS_BF16, SUM_SQUARES_BF16 };
+enum { ADAMW_BF16, ADAMW_FP32, ADAMW_BF16_ROWS, MARK_ROWS_BF16, SUM_SQUARES_BF16, SUM_SQUARES_FLAGGED_BF16 };
 
 typedef struct {
     int64_t kind;
@@ -175,6 +211,7 @@ typedef struct {
     int64_t n, width;
     uint8_t *active;
     adamw_args a;
+    int64_t first; /* sum_squares_flagged_bf16's */
 } call;
 
 void run_calls(const call *calls, int64_t count, int threads, double *sums) {
@@ -189,6 +226,9 @@ void run_calls(const call *calls, int64_t count, int threads, double *sums) {
             break;
         case MARK_ROWS_BF16: mark_rows_bf16(k->p[0], k->n, k->width, k->active); break;
         case SUM_SQUARES_BF16: sums[c] = sum_squares_bf16(k->p[0], k->n); break;
+        case SUM_SQUARES_FLAGGED_BF16:
+            sums[c] = sum_squares_flagged_bf16(k->p[0], k->n, k->first, k->width, k->active);
+            break;
         }
     }
 }

@@ -69,13 +69,15 @@ def _check(tensor: torch.Tensor, dtype: torch.dtype, name: str) -> None:
 class Call(ctypes.Structure):
     """struct call of master_adamw.c: one call of run_calls."""
     _fields_ = [("kind", ctypes.c_int64), ("p", ctypes.c_void_p * 5), ("n", ctypes.c_int64),
-                ("width", ctypes.c_int64), ("active", ctypes.c_void_p), ("a", AdamwArgs)]
+                ("width", ctypes.c_int64), ("active", ctypes.c_void_p), ("a", AdamwArgs), ("first", ctypes.c_int64)]
 
 
 # Each function's kind in run_calls, and where its arguments go in a Call.
 KINDS = {"adamw_bf16": (0, ("p", "p", "p", "p", "p", "n", "a")), "adamw_fp32": (1, ("p", "p", "p", "p", "n", "a")),
          "adamw_bf16_rows": (2, ("p", "p", "p", "p", "p", "n", "width", "active", "a")),
-         "mark_rows_bf16": (3, ("p", "n", "width", "active")), "sum_squares_bf16": (4, ("p", "n"))}
+         "mark_rows_bf16": (3, ("p", "n", "width", "active")), "sum_squares_bf16": (4, ("p", "n")),
+         "sum_squares_flagged_bf16": (5, ("p", "n", "first", "width", "active"))}
+SUMS = ("sum_squares_bf16", "sum_squares_flagged_bf16")  # the kinds whose result run() returns
 
 
 def as_call(function, args: tuple) -> Call:
@@ -110,6 +112,8 @@ class Kernel:
         lib.adamw_bf16_rows.restype = None
         lib.mark_rows_bf16.argtypes = [pointer, count, count, pointer]
         lib.mark_rows_bf16.restype = None
+        lib.sum_squares_flagged_bf16.argtypes = [pointer, count, count, count, pointer]
+        lib.sum_squares_flagged_bf16.restype = ctypes.c_double
 
     def adamw(self, weight: torch.Tensor | None, grad: torch.Tensor, master: torch.Tensor, exp_avg: torch.Tensor,
               exp_avg_sq: torch.Tensor, args: AdamwArgs) -> list:
@@ -163,7 +167,7 @@ class Kernel:
         table, sums = (Call * len(calls))(*(as_call(function, args) for function, args, *_ in calls)), \
             (ctypes.c_double * len(calls))()
         self.lib.run_calls(table, len(calls), threads, sums)
-        return [sums[i] if function.__name__ == "sum_squares_bf16" else None
+        return [sums[i] if function.__name__ in SUMS else None
                 for i, (function, *_) in enumerate(calls)]
 
     def computes_the_float_step(self, n: int = 45) -> bool:
@@ -182,12 +186,21 @@ class Kernel:
                 return False
         return True
 
-    def sum_squares_bf16(self, grads: list[torch.Tensor]) -> float:
-        """The sum of the squares of every element of the bf16 `grads`, in double."""
-        for grad in grads:
+    def sum_squares_bf16(self, grads: list[torch.Tensor], flags: list | None = None) -> float:
+        """The sum of the squares of every element of the bf16 `grads`, in double.
+        `flags`: per gradient None, or for a 2-D one a uint8 flag per row, 0 only
+        where the row is all zeros: those rows are not read (the same bits)."""
+        calls = []
+        for grad, rows in zip(grads, flags or [None] * len(grads), strict=True):
             _check(grad, torch.bfloat16, "grad")
-        calls = [(self.lib.sum_squares_bf16, (*pointers, count), count, grad) for grad in grads
-                 for pointers, count in _chunks((grad,))]
+            if rows is None:
+                calls += [(self.lib.sum_squares_bf16, (*pointers, count), count, grad)
+                          for pointers, count in _chunks((grad,))]
+                continue
+            _check(rows, torch.uint8, "flags")
+            assert grad.dim() == 2 and rows.numel() == grad.shape[0]
+            calls += [(self.lib.sum_squares_flagged_bf16, (pointers[0], count, first, grad.shape[1], rows.data_ptr()),
+                       count, (grad, rows)) for first, pointers, count in _row_chunks((grad,), grad.numel(), 1)]
         return math.fsum(self.run(calls))
 
 

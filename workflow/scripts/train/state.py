@@ -198,7 +198,8 @@ def make_optimizer(model, train: TrainSettings, total_steps: int, decisions: Run
     # faster than foreach (about 20% of a MiniLM step on one thread).
     kind = MasterAdamW if decisions and decisions.precision == "bf16_master" else torch.optim.AdamW
     # The embedding tables: the one-pass update skips their rows that cannot change.
-    extra = {"one_pass": True, "row_sparse": master.embedding_tables(model)} if one_pass else {}
+    extra = {"one_pass": True, "row_sparse": master.embedding_tables(model),
+             "row_hint": parts.pool.rows_of if parts else None} if one_pass else {}
     optimizer = kind(groups, lr=train.learning_rate, betas=(train.adam_beta1, train.adam_beta2),
                      eps=train.adam_epsilon, fused=True, **extra)
     if decisions and decisions.ipex:  # before the scheduler, which wraps optimizer.step
