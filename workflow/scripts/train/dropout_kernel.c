@@ -178,6 +178,22 @@ static INLINE vec *scratch(int64_t vectors) {
     return (vec *)aligned_alloc(64, (size_t)(vectors > 0 ? vectors : 1) * sizeof(vec));
 }
 
+/* Asks for the lines of rows x size elements from element `first` (stride width) to be brought into L2,
+   for writing or reading: the next head's rows while this head computes. A head's rows are a line each of
+   [tokens, hidden] tensors a matmul wrote past L2, and read on demand each line stalled for its latency. */
+static INLINE void prefetch_rows(const void *p, int64_t first, int64_t rows, int64_t width, int64_t size,
+                                 const int fp32, const int write) {
+    int64_t bytes = fp32 ? 4 : 2;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t b = 0; b < size * bytes; b += 64) {
+            const char *at = (const char *)p + (first + r * width) * bytes + b;
+            if (write)
+                __builtin_prefetch(at, 1, 2);
+            else
+                __builtin_prefetch(at, 0, 2);
+        }
+}
+
 /* rows x size elements from element `first` (stride width) -> rows x chunks_of(size) vectors, zero-padded. */
 static INLINE void rows_to_float(const void *src, int64_t first, int64_t rows, int64_t width, int64_t size,
                                  vec *dst, const int fp32) {
@@ -335,6 +351,13 @@ static INLINE int attention_forward(const void *restrict q, const void *restrict
         int64_t k0 = k_off[s], n = k_off[s + 1] - k0, q0 = q_off[s], nq = q_off[s + 1] - q0, chunks = chunks_of(n);
         int64_t stride = chunks * LANES;
         for (int64_t h = 0; h < heads; h++) {
+            if (h + 1 < heads) { /* the next head's rows (a sequence's first head waits for its own, once) */
+                int64_t next = (h + 1) * size;
+                prefetch_rows(k, k0 * width + next, n, width, size, fp32, 0);
+                prefetch_rows(v, k0 * width + next, n, width, size, fp32, 0);
+                prefetch_rows(q, q0 * width + next, nq, width, size, fp32, 0);
+                prefetch_rows(out, q0 * width + next, nq, width, size, fp32, 1);
+            }
             columns_to_float(k, k0 * width + h * size, n, width, size, keys_t, fp32);
             rows_to_float(v, k0 * width + h * size, n, width, size, values, fp32);
             rows_to_float(q, q0 * width + h * size, nq, width, size, queries, fp32);
@@ -394,6 +417,16 @@ static INLINE int attention_backward(const void *restrict grad, const void *rest
         int64_t k0 = k_off[s], n = k_off[s + 1] - k0, q0 = q_off[s], nq = q_off[s + 1] - q0, chunks = chunks_of(n);
         int64_t stride = chunks * LANES;
         for (int64_t h = 0; h < heads; h++) {
+            if (h + 1 < heads) {
+                int64_t next = (h + 1) * size;
+                prefetch_rows(k, k0 * width + next, n, width, size, fp32, 0);
+                prefetch_rows(v, k0 * width + next, n, width, size, fp32, 0);
+                prefetch_rows(q, q0 * width + next, nq, width, size, fp32, 0);
+                prefetch_rows(grad, q0 * width + next, nq, width, size, fp32, 0);
+                prefetch_rows(dq, q0 * width + next, nq, width, size, fp32, 1);
+                prefetch_rows(dk, k0 * width + next, n, width, size, fp32, 1);
+                prefetch_rows(dv, k0 * width + next, n, width, size, fp32, 1);
+            }
             rows_to_float(k, k0 * width + h * size, n, width, size, keys, fp32);
             columns_to_float(v, k0 * width + h * size, n, width, size, values_t, fp32);
             rows_to_float(q, q0 * width + h * size, nq, width, size, queries, fp32);
