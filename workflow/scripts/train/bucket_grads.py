@@ -53,6 +53,43 @@ def linear(module: torch.nn.Module, x: torch.Tensor, views: BucketViews | None) 
     return _BucketLinear.apply(x, module.weight, module.bias, views)
 
 
+# Per (rows, inputs, outputs, threads): whether oneDNN's linear with the bias in the kernel gives F.linear's bits.
+_BIAS_IN_KERNEL: dict[tuple[int, int, int, int], bool] = {}
+
+
+def forward_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """F.linear(x, weight, bias), in bf16 by oneDNN's linear with the bias
+    added in the kernel where that gives F.linear's bits on this CPU.
+
+    In bf16 F.linear is an addmm, which torch runs as a copy of the bias
+    into every output row and a oneDNN matmul adding into it: at MiniLM's
+    shapes and MRPC's 864 rows 0.1-0.25 ms a call of 1.2-5 ms, 4.5 ms of a
+    336 ms step (bench/results/2026-12-07-epyc-zen4-bias-in-kernel.txt).
+    torch.ops.mkldnn._linear_pointwise is that linear without the copy (what
+    torch.compile's CPU fusions call). The first call of each shape runs
+    both and keeps the fused one only where they agree bit for bit, so a
+    oneDNN or torch that sums in another order, or lacks the op, costs one
+    extra matmul per shape and changes nothing."""
+    key = (x.shape[0], x.shape[1], weight.shape[0], torch.get_num_threads())
+    if x.dtype != torch.bfloat16 or weight.dtype != x.dtype or bias.dtype != x.dtype \
+            or _BIAS_IN_KERNEL.get(key) is False:
+        return F.linear(x, weight, bias)
+    fused = _bias_in_kernel(x, weight, bias)
+    if key not in _BIAS_IN_KERNEL:
+        reference = F.linear(x, weight, bias)
+        _BIAS_IN_KERNEL[key] = fused is not None and torch.equal(fused.view(torch.int16), reference.view(torch.int16))
+        return reference
+    return fused
+
+
+def _bias_in_kernel(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor | None:
+    """oneDNN's linear of contiguous x, or None where this torch has no such op."""
+    try:
+        return torch.ops.mkldnn._linear_pointwise(x.contiguous(), weight, bias, "none", [], "")
+    except (AttributeError, RuntimeError):
+        return None
+
+
 class _BucketLinear(torch.autograd.Function):
     """F.linear (addmm) whose backward is AddmmBackward0's: grad_x = grad @ W,
     grad_W = grad^T @ x (torch's choice for a weight used transposed) and
@@ -63,7 +100,7 @@ class _BucketLinear(torch.autograd.Function):
         ctx.save_for_backward(x, weight)
         ctx.parameters = (weight, bias)
         ctx.views = views
-        return F.linear(x, weight, bias)
+        return forward_linear(x, weight, bias)
 
     @staticmethod
     def backward(ctx, grad):
