@@ -63,8 +63,8 @@ def forward_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) ->
 
     In bf16 F.linear is an addmm, which torch runs as a copy of the bias
     into every output row and a oneDNN matmul adding into it: at MiniLM's
-    shapes and MRPC's 864 rows 0.1-0.25 ms a call of 1.2-5 ms, 4.5 ms of a
-    336 ms step (bench/results/2026-12-07-epyc-zen4-bias-in-kernel.txt).
+    shapes and MRPC's 864 rows 0.1-0.25 ms a call of 1.2-5 ms, about 4 ms
+    of a 325 ms step (bench/results/2026-12-07-epyc-zen4-bias-in-kernel.txt).
     torch.ops.mkldnn._linear_pointwise is that linear without the copy (what
     torch.compile's CPU fusions call). The first call of each shape runs
     both and keeps the fused one only where they agree bit for bit, so a
