@@ -7,16 +7,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from helpers.bits import bits
 from workflow.scripts.train import bucket_grads
 
 
 @pytest.fixture(autouse=True)
 def fresh_shapes(monkeypatch):
     monkeypatch.setattr(bucket_grads, "_BIAS_IN_KERNEL", {})
-
-
-def bits(t: torch.Tensor) -> torch.Tensor:
-    return t.view(torch.int16) if t.dtype == torch.bfloat16 else t.view(torch.int32)
 
 
 @pytest.mark.parametrize("rows, inputs, outputs", [(864, 384, 384), (37, 384, 1536), (16, 1536, 384), (5, 32, 2)])

@@ -17,6 +17,7 @@ import math
 import pytest
 import torch
 
+from helpers.bits import bits
 from helpers.tiny_family import tiny_hf
 from workflow.scripts.settings import levers
 from workflow.scripts.settings.decisions import RunDecisions
@@ -76,10 +77,6 @@ def step_both(step: int, pairs, clip: bool) -> None:
         opt.param_groups[0]["lr"] = 1e-3 * (1 + step % 3)
         opt.step()
         opt.zero_grad()
-
-
-def bits(t: torch.Tensor) -> torch.Tensor:
-    return t.view(torch.int16 if t.dtype == torch.bfloat16 else torch.int32)
 
 
 def assert_equal(a: list[torch.Tensor], b: list[torch.Tensor]) -> None:
