@@ -8,7 +8,10 @@ must compute what the dispatching build computes on the same inputs: the
 dropout masks, the one-pass AdamW and its clip norm bit for bit on every ISA
 (-ffp-contract=off); the attention and the add-norm pass bit for bit where
 the ISA has FMA (x86-64-v3, AVX2), and within fp32's or bf16's rounding
-without it (their fp-contract=fast region then multiplies and adds apart)."""
+without it (their fp-contract=fast region then multiplies and adds apart).
+On a CPU with AVX512_BF16 the dispatching build rounds the add-norm's rows
+by vcvtneps2bf16, which flushes denormals: against the AVX2 build's
+software rounding, denormals, NaN, infinities and ties come out the same.
 
 from __future__ import annotations
 
@@ -20,9 +23,10 @@ import subprocess
 import pytest
 import torch
 
+from helpers.add_norm_calls import fused
+from helpers.bits import bits
 from workflow.scripts.probes import hardware
 from workflow.scripts.train import dropout_kernel, kernel_build, master_kernel
-from workflow.scripts.train.add_norm import KernelAddNorm
 from workflow.scripts.train.dropout_kernel import Layout, dropped, keep_scale
 
 pytestmark = pytest.mark.skipif(shutil.which("cc") is None or shutil.which("objdump") is None
@@ -106,11 +110,7 @@ def add_norm_both_ways(kernel, dtype, rows=203, width=384):
     a, r, grad = (torch.randn(rows, width, generator=generator).to(dtype) for _ in range(3))
     weight = (1 + 0.1 * torch.randn(width, generator=generator)).to(dtype)
     bias = (0.1 * torch.randn(width, generator=generator)).to(dtype)
-    leaves = [t.clone().requires_grad_() for t in (a, r, weight, bias)]
-    torch.manual_seed(4)  # the pass draws its mask seed from torch's generator
-    y = KernelAddNorm.apply(*leaves, 0.1, 1e-12, kernel)
-    y.backward(grad)
-    return (y.detach(), *(t.grad for t in leaves))
+    return fused(kernel, a, r, weight, bias, grad, seed=4)  # the pass draws its mask seed from torch's generator
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
@@ -144,3 +144,37 @@ def test_the_fixed_isa_is_part_of_the_cache_key(isa, tmp_path):
     other = shlex.split(kernel_build.fixed_isa_compiler("x86-64-v2"))
     assert kernel_build.cached_path(dropout_kernel.SOURCE, command, tmp_path) != \
         kernel_build.cached_path(dropout_kernel.SOURCE, other, tmp_path)
+
+
+def test_the_dispatching_build_rounds_rows_by_the_instruction_on_an_avx512_bf16_cpu(native):
+    """So the test below compares the instruction's rounding with the software's, not one with itself."""
+    if "avx512_bf16" not in hardware.cpu_summary()["isa_flags"]:
+        pytest.skip("no avx512_bf16 on this CPU")
+    code = subprocess.run(["objdump", "-d", dropout_kernel.load()[1]], capture_output=True, text=True,
+                          check=True).stdout
+    assert "vcvtneps2bf16" in code
+
+
+def special_rows(rows=48, width=384):
+    """bf16 rows of normal values, of denormals (the instruction flushes those: the kernel rounds them in
+    software), of NaN and infinities, and of sums that land on rounding ties."""
+    generator = torch.Generator().manual_seed(6)
+    a, r, grad = (torch.randn(rows, width, generator=generator) for _ in range(3))
+    a[8:16] *= 1e-39
+    r[8:16] *= 1e-39
+    grad[16:24] *= 1e-39
+    a[24, 5], r[25, 7], a[26, 9], grad[27, 11] = float("nan"), float("inf"), -float("inf"), float("nan")
+    a[32:40] = 1.0
+    r[32:40] = 2.0 ** -8  # 1 + 2^-8: a tie between two bf16 values
+    return a.bfloat16(), r.bfloat16(), grad.bfloat16()
+
+
+def test_the_add_norm_pass_rounds_denormals_nan_infinities_and_ties_in_software_and_by_instruction_alike(isa, native):
+    if not isa[1]:
+        pytest.skip("without FMA the pass sums in another order (the test above)")
+    a, r, grad = special_rows()
+    weight, bias = torch.ones(a.shape[1]).bfloat16(), torch.zeros(a.shape[1]).bfloat16()
+    got, want = (fused(kernel, a, r, weight, bias, grad) for kernel in (isa[2], native[0]))
+    for x, y in zip(got, want):
+        assert torch.equal(bits(x), bits(y))
+    assert got[0][8:16].isfinite().all() and got[0][24:28].isnan().any()

@@ -13,9 +13,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from helpers.add_norm_calls import fused
 from helpers.tiny_family import batch, run, tiny_hf
 from workflow.scripts.train import add_norm, dropout_kernel, encoder, master
-from workflow.scripts.train.add_norm import KernelAddNorm
 from workflow.scripts.train.dropout_kernel import KernelDropout
 from workflow.scripts.train.encoder import layers
 
@@ -35,15 +35,6 @@ def inputs(rows: int = ROWS, width: int = WIDTH, dtype: torch.dtype = torch.bflo
     weight = (1 + 0.1 * torch.randn(width, generator=generator)).to(dtype)
     bias = (0.1 * torch.randn(width, generator=generator)).to(dtype)
     return a, r, weight, bias, grad
-
-
-def fused(kernel, a, r, weight, bias, grad, p: float = 0.1, seed: int = 3):
-    """(y, da, dr, dweight, dbias) of KernelAddNorm, torch's generator at `seed`."""
-    leaves = [t.clone().requires_grad_() for t in (a, r, weight, bias)]
-    torch.manual_seed(seed)
-    y = KernelAddNorm.apply(*leaves, p, 1e-12, kernel)
-    y.backward(grad)
-    return (y.detach(), *(t.grad for t in leaves))
 
 
 def test_the_dropout_and_the_sum_are_the_unfused_ones_bit_for_bit_and_the_norm_within_a_bf16_unit(kernel):

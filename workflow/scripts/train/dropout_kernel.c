@@ -61,11 +61,15 @@ static inline float float_of(uint32_t u) {
     return f;
 }
 
-static inline uint16_t round_bf16(float f) {
+/* f rounded to the nearest bf16 (ties to even; NaN stays NaN, quiet), as float bits whose low 16 are zero:
+   32-bit lanes throughout, so a vectorised loop rounds without narrowing to 16 bits and widening back. */
+static inline uint32_t rounded_bits(float f) {
     uint32_t u = bits_of(f);
     uint32_t nan = 0u - (uint32_t)((u & 0x7fffffffu) > 0x7f800000u);
-    return (uint16_t)((((u + 0x7fffu + ((u >> 16) & 1u)) >> 16) & ~nan) | (((u >> 16) | 0x40u) & nan));
+    return ((u + 0x7fffu + ((u >> 16) & 1u)) & ~nan & 0xffff0000u) | ((u | 0x00400000u) & nan & 0xffff0000u);
 }
+
+static inline uint16_t round_bf16(float f) { return (uint16_t)(rounded_bits(f) >> 16); }
 
 /* Elements offset .. offset + n - 1 of a tensor: x and y point at element offset. */
 CLONES void dropout_bf16(const uint16_t *restrict x, uint16_t *restrict y, int64_t n, uint64_t seed,
@@ -327,11 +331,12 @@ static INLINE float softmax_numerators(float *r, int64_t n, int64_t padded) {
     return sum;
 }
 
-/* One element's dropout (a prob's kept weight, the add-norm's dropped input and gradient): x x keep_scale
-   where kept, else 0; rounded to bf16 as dropout_bf16 rounds (bf16), as dropout_fp32 computes it (fp32). */
+/* One element's dropout (a prob's kept weight): x x keep_scale where kept, else 0; rounded to bf16 as
+   dropout_bf16 rounds (bf16), as dropout_fp32 computes it (fp32). The add-norm rounds whole rows instead
+   (store_rounded); here rows are a sequence's keys, too short for the instruction's call to pay. */
 static INLINE float kept_weight(float prob, uint32_t keep, float keep_scale, const int fp32) {
     return fp32 ? float_of(bits_of(prob * keep_scale) & keep)
-                : float_of(((uint32_t)round_bf16(prob * keep_scale) << 16) & keep);
+                : float_of(rounded_bits(prob * keep_scale) & keep);
 }
 
 static INLINE int attention_forward(const void *restrict q, const void *restrict k, const void *restrict v,
@@ -497,6 +502,69 @@ ATTENTION_ENTRIES(fp32, float, 1)
    for gamma and beta are kept per call (`partial`, [2, width] floats), so
    that any cut of the same calls gives the same bits. */
 
+/* Rounding a row of floats to bf16 in place, and writing its bits: the rounding above, or on a CPU with
+   AVX512_BF16 its instruction (vcvtneps2bf16 rounds to nearest even and quiets NaN as above, but flushes
+   denormals to zero: a vector with a denormal is rounded as above). The bits are the same either way; the
+   instruction takes a third of the add-norm's time (bench/results/2026-12-07-epyc-zen4-bf16-rounding.txt). */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12
+#define ROUNDING_INSTRUCTION
+#include <immintrin.h>
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16"), noinline))
+static void round_row_by_instruction(float *restrict x, uint16_t *restrict bits, int64_t n) {
+    int64_t j = 0;
+    for (; j + 16 <= n; j += 16) {
+        __m512 v = _mm512_loadu_ps(x + j);
+        if (_mm512_fpclass_ps_mask(v, 0x20)) /* 0x20: denormal */
+            break;
+        __m256i b = (__m256i)_mm512_cvtneps_pbh(v);
+        if (bits) _mm256_storeu_si256((__m256i *)(bits + j), b);
+        _mm512_storeu_si512(x + j, _mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16));
+    }
+    for (; j < n; j++) { /* the tail, and from a denormal on */
+        uint32_t b = rounded_bits(x[j]);
+        if (bits) bits[j] = (uint16_t)(b >> 16);
+        x[j] = float_of(b);
+    }
+}
+#endif
+
+/* Whether rows are rounded by the instruction: where the CPU has it and the build picks the ISA at run time
+   (a build for a fixed -march, as an AVX2-only CPU's, uses what that -march has). */
+static int rounding_instruction(void) {
+#if defined(ROUNDING_INSTRUCTION) && defined(ISA_AT_RUN_TIME)
+    static int known = -1;
+    if (known < 0) known = __builtin_cpu_supports("avx512bf16") ? 1 : 0;
+    return known;
+#elif defined(ROUNDING_INSTRUCTION) && defined(__AVX512BF16__)
+    return 1;
+#else
+    return 0;
+#endif
+}
+
+/* x[0 .. n - 1] as the tensor's type stores them: in bf16 rounded in place (instruction: rounding_instruction()),
+   with their bits at dst + first where dst is given; in fp32 as they are, copied to dst + first. */
+static INLINE void store_rounded(float *restrict x, void *restrict dst, int64_t first, int64_t n,
+                                 const int fp32, const int instruction) {
+    if (fp32) {
+        if (dst) memcpy((float *)dst + first, x, (size_t)n * sizeof(float));
+        return;
+    }
+    uint16_t *bits = dst ? (uint16_t *)dst + first : NULL;
+#ifdef ROUNDING_INSTRUCTION
+    if (instruction) {
+        round_row_by_instruction(x, bits, n);
+        return;
+    }
+#endif
+    (void)instruction;
+    for (int64_t j = 0; j < n; j++) {
+        uint32_t b = rounded_bits(x[j]);
+        if (bits) bits[j] = (uint16_t)(b >> 16);
+        x[j] = float_of(b);
+    }
+}
+
 /* keep_mask, or all ones without a hash where nothing is dropped (p 0: the embeddings' norm, evaluation);
    the test is loop-invariant, so the compiler hoists it out of a row's loop. */
 static INLINE uint32_t keep_mask_or_all(uint32_t index, uint32_t lo, uint32_t hi, uint32_t dropped) {
@@ -515,9 +583,6 @@ static INLINE float lane_sum(const float *x, int64_t n) {
     return sum;
 }
 
-/* x rounded as the tensor's type stores it. */
-static INLINE float stored(float x, const int fp32) { return fp32 ? x : bf16_value(round_bf16(x)); }
-
 static INLINE int add_norm_forward(const void *restrict a, const void *restrict r, const void *restrict gamma,
                                    const void *restrict beta, int64_t width, int64_t first, int64_t rows,
                                    uint64_t seed, uint32_t dropped, float scale, float eps, void *restrict s,
@@ -526,21 +591,23 @@ static INLINE int add_norm_forward(const void *restrict a, const void *restrict 
     float *x = (float *)scratch(chunks_of(2 * width));
     if (!x) return 1;
     float *t = x + width;
+    const int instruction = rounding_instruction();
     for (int64_t i = first; i < first + rows; i++) {
         int64_t row = i * width;
         uint32_t base = (uint32_t)row;
-        for (int64_t j = 0; j < width; j++) {
-            float kept = kept_weight(element(a, row + j, fp32),
-                                     keep_mask_or_all(base + (uint32_t)j, lo, hi, dropped), scale, fp32);
-            x[j] = stored(kept + element(r, row + j, fp32), fp32);
-            put(s, row + j, x[j], fp32);
-        }
+        for (int64_t j = 0; j < width; j++) t[j] = element(a, row + j, fp32) * scale;
+        store_rounded(t, NULL, 0, width, fp32, instruction); /* a x scale rounded, as dropout_bf16 rounds */
+        for (int64_t j = 0; j < width; j++)
+            x[j] = float_of(bits_of(t[j]) & keep_mask_or_all(base + (uint32_t)j, lo, hi, dropped)) +
+                   element(r, row + j, fp32);
+        store_rounded(x, s, row, width, fp32, instruction);
         float m = lane_sum(x, width) / (float)width;
         for (int64_t j = 0; j < width; j++) t[j] = (x[j] - m) * (x[j] - m);
         float var = lane_sum(t, width) / (float)width;
         float rs = 1.0f / sqrtf(var + eps), shift = -m * rs;
         for (int64_t j = 0; j < width; j++)
-            put(y, row + j, (x[j] * rs + shift) * element(gamma, j, fp32) + element(beta, j, fp32), fp32);
+            t[j] = (x[j] * rs + shift) * element(gamma, j, fp32) + element(beta, j, fp32);
+        store_rounded(t, y, row, width, fp32, instruction);
         mean[i] = m, rstd[i] = rs;
     }
     free(x);
@@ -560,6 +627,7 @@ static INLINE int add_norm_backward(const void *restrict dy, const void *restric
     if (!xhat) return 1;
     float *g = xhat + width, *gx = g + width;
     for (int64_t j = 0; j < 2 * width; j++) partial[j] = 0.0f;
+    const int instruction = rounding_instruction();
     for (int64_t i = first; i < first + rows; i++) {
         int64_t row = i * width;
         uint32_t base = (uint32_t)row;
@@ -573,12 +641,14 @@ static INLINE int add_norm_backward(const void *restrict dy, const void *restric
             partial[width + j] += d;
         }
         float mean_g = lane_sum(g, width) / (float)width, mean_gx = lane_sum(gx, width) / (float)width;
-        for (int64_t j = 0; j < width; j++) {
-            float grad = stored(rs * (g[j] - mean_g - xhat[j] * mean_gx), fp32);
-            put(dr, row + j, grad, fp32);
-            put(da, row + j, kept_weight(grad, keep_mask_or_all(base + (uint32_t)j, lo, hi, dropped), scale, fp32),
-                fp32);
-        }
+        float *t = gx; /* gx is summed: t holds the row's gradient, then its dropout */
+        for (int64_t j = 0; j < width; j++) t[j] = rs * (g[j] - mean_g - xhat[j] * mean_gx);
+        store_rounded(t, dr, row, width, fp32, instruction);
+        for (int64_t j = 0; j < width; j++) t[j] *= scale;
+        store_rounded(t, NULL, 0, width, fp32, instruction); /* grad x scale rounded, as dropout_bf16 rounds */
+        for (int64_t j = 0; j < width; j++)
+            t[j] = float_of(bits_of(t[j]) & keep_mask_or_all(base + (uint32_t)j, lo, hi, dropped));
+        store_rounded(t, da, row, width, fp32, instruction); /* bf16 values already: their bits */
     }
     free(xhat);
     return 0;
