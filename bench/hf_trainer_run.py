@@ -64,7 +64,7 @@ class WholeStepProfile(TrainerCallback):
         if done == self.steps:
             from torch.profiler import ProfilerActivity, profile
 
-            self.profiler = profile(activities=[ProfilerActivity.CPU], with_flops=True)
+            self.profiler = profile(activities=[ProfilerActivity.CPU], with_flops=True, record_shapes=True)
             self.profiler.__enter__()
         elif done == 2 * self.steps and self.profiler is not None:
             self.profiler.__exit__(None, None, None)

@@ -93,7 +93,7 @@ def profile_step(model, precision: str, batch_size: int = 16, seq_len: int = 64,
         start = time.perf_counter()
         step()
         seconds.append(time.perf_counter() - start)
-    with profile(activities=[ProfilerActivity.CPU], with_flops=True) as prof:
+    with profile(activities=[ProfilerActivity.CPU], with_flops=True, record_shapes=True) as prof:
         for _ in range(steps):
             step()
     shares = op_shares(prof, steps)
@@ -103,13 +103,26 @@ def profile_step(model, precision: str, batch_size: int = 16, seq_len: int = 64,
             "top": shares["top"]}
 
 
+def op_flops(event) -> float:
+    """An op's FLOPs over its calls: the profiler's count, or for oneDNN's linear (the bf16 linear layers'
+    forward, train/bucket_grads.forward_linear), which the profiler does not count, 2 x rows x inputs x
+    outputs from the recorded shapes (a profile without them counts it as 0)."""
+    if event.flops or event.key != "mkldnn::_linear_pointwise" or not event.input_shapes:
+        return event.flops
+    x, weight = event.input_shapes[0], event.input_shapes[1]
+    rows = 1
+    for size in x[:-1]:
+        rows *= size
+    return 2.0 * rows * x[-1] * weight[0] * event.count
+
+
 def op_shares(prof, steps: int) -> dict:
     """Of a finished profile of `steps` steps: the matmul share of self CPU
     time, the top ops' shares, and the matmul GFLOP per step."""
     by_op = {e.key: e.self_cpu_time_total for e in prof.key_averages()}
     total = sum(by_op.values()) or 1.0
     shares = sorted(((t / total, op) for op, t in by_op.items()), reverse=True)
-    matmul_flops = sum(e.flops for e in prof.key_averages() if e.key in MATMUL_OPS) / steps
+    matmul_flops = sum(op_flops(e) for e in prof.key_averages(group_by_input_shape=True) if e.key in MATMUL_OPS) / steps
     return {"matmul_share": sum(share for share, op in shares if op in MATMUL_OPS),
             "matmul_gflop_per_step": matmul_flops / 1e9,
             "top": [(op, round(share, 3)) for share, op in shares[:8]]}

@@ -55,3 +55,21 @@ def test_a_torch_without_the_op_falls_back(monkeypatch):
     x, weight, bias = torch.randn(8, 16).bfloat16(), torch.randn(4, 16).bfloat16(), torch.randn(4).bfloat16()
     assert torch.equal(bits(bucket_grads.forward_linear(x, weight, bias)), bits(F.linear(x, weight, bias)))
     assert list(bucket_grads._BIAS_IN_KERNEL.values()) == [False]
+
+
+def test_the_step_profile_counts_the_fused_linears_flops():
+    """The profiler counts no FLOPs for oneDNN's linear: bench.step_profile counts them from its shapes,
+    as many as the addmm it replaces."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from bench.step_profile import op_flops
+
+    x, weight, bias = torch.randn(96, 64).bfloat16(), torch.randn(48, 64).bfloat16(), torch.randn(48).bfloat16()
+    if bucket_grads._bias_in_kernel(x, weight, bias) is None:
+        pytest.skip("this torch has no oneDNN linear")
+    with profile(activities=[ProfilerActivity.CPU], with_flops=True, record_shapes=True) as prof:
+        for _ in range(3):
+            bucket_grads._bias_in_kernel(x, weight, bias)
+            torch.addmm(bias, x, weight.t())
+    events = {e.key: e for e in prof.key_averages(group_by_input_shape=True)}
+    assert op_flops(events["mkldnn::_linear_pointwise"]) == op_flops(events["aten::addmm"]) == 3 * 2 * 96 * 64 * 48
