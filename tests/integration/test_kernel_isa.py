@@ -11,7 +11,7 @@ the ISA has FMA (x86-64-v3, AVX2), and within fp32's or bf16's rounding
 without it (their fp-contract=fast region then multiplies and adds apart).
 On a CPU with AVX512_BF16 the dispatching build rounds the add-norm's rows
 by vcvtneps2bf16, which flushes denormals: against the AVX2 build's
-software rounding, denormals, NaN, infinities and ties come out the same.
+software rounding, denormals, NaN, infinities and ties come out the same."""
 
 from __future__ import annotations
 
