@@ -71,13 +71,17 @@ def same_or_close(got, want, fma: bool, dtype: torch.dtype) -> None:
             assert (a.double() - b.double()).norm() <= gap * b.double().norm()
 
 
+def dispatching_build_code(flag: str) -> str:
+    """The disassembly of the loader's dispatching build, on a CPU with the lscpu `flag` (else the test skips)."""
+    if flag not in hardware.cpu_summary()["isa_flags"]:
+        pytest.skip(f"no {flag} on this CPU")
+    return subprocess.run(["objdump", "-d", dropout_kernel.load()[1]], capture_output=True, text=True,
+                          check=True).stdout
+
+
 def test_the_dispatching_build_holds_avx512_code_on_an_avx512_cpu(native):
     """So the fixture's check for wider registers is no formality."""
-    if "avx512f" not in hardware.cpu_summary()["isa_flags"]:
-        pytest.skip("not an AVX-512 CPU")
-    code = subprocess.run(["objdump", "-d", dropout_kernel.load()[1]], capture_output=True, text=True,
-                          check=True).stdout
-    assert "%zmm" in code
+    assert "%zmm" in dispatching_build_code("avx512f")
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
@@ -146,13 +150,12 @@ def test_the_fixed_isa_is_part_of_the_cache_key(isa, tmp_path):
         kernel_build.cached_path(dropout_kernel.SOURCE, other, tmp_path)
 
 
-def test_the_dispatching_build_rounds_rows_by_the_instruction_on_an_avx512_bf16_cpu(native):
-    """So the test below compares the instruction's rounding with the software's, not one with itself."""
-    if "avx512_bf16" not in hardware.cpu_summary()["isa_flags"]:
-        pytest.skip("no avx512_bf16 on this CPU")
-    code = subprocess.run(["objdump", "-d", dropout_kernel.load()[1]], capture_output=True, text=True,
-                          check=True).stdout
-    assert "vcvtneps2bf16" in code
+def test_the_dispatching_build_rounds_rows_by_the_instruction_on_an_avx512_bf16_cpu(isa, native):
+    """So the test below compares the instruction's rounding with the software's, not one with itself: the
+    dispatching build holds it and picks it here; a build fixed at an ISA without it does not."""
+    assert "vcvtneps2bf16" in dispatching_build_code("avx512_bf16")
+    assert native[0].lib.rounding_instruction() == 1
+    assert isa[2].lib.rounding_instruction() == 0
 
 
 def special_rows(rows=48, width=384):

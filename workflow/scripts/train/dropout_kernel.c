@@ -506,7 +506,8 @@ ATTENTION_ENTRIES(fp32, float, 1)
    AVX512_BF16 its instruction (vcvtneps2bf16 rounds to nearest even and quiets NaN as above, but flushes
    denormals to zero: a vector with a denormal is rounded as above). The bits are the same either way; the
    instruction takes a third of the add-norm's time (bench/results/2026-12-07-epyc-zen4-bf16-rounding.txt). */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12 \
+    && (defined(ISA_AT_RUN_TIME) || defined(__AVX512BF16__)) /* a fixed -march without it: no AVX-512 code */
 #define ROUNDING_INSTRUCTION
 #include <immintrin.h>
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16"), noinline))
@@ -530,7 +531,7 @@ static void round_row_by_instruction(float *restrict x, uint16_t *restrict bits,
 
 /* Whether rows are rounded by the instruction: where the CPU has it and the build picks the ISA at run time
    (a build for a fixed -march, as an AVX2-only CPU's, uses what that -march has). */
-static int rounding_instruction(void) {
+int rounding_instruction(void) { /* exported: the tests ask which rounding this build picked */
 #if defined(ROUNDING_INSTRUCTION) && defined(ISA_AT_RUN_TIME)
     static int known = -1;
     if (known < 0) known = __builtin_cpu_supports("avx512bf16") ? 1 : 0;
