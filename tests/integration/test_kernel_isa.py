@@ -74,7 +74,7 @@ def same_or_close(got, want, fma: bool, dtype: torch.dtype) -> None:
 def dispatching_build_code(flag: str) -> str:
     """The disassembly of the loader's dispatching build, on a CPU with the lscpu `flag` (else the test skips)."""
     if flag not in hardware.cpu_summary()["isa_flags"]:
-        pytest.skip(f"no {flag} on this CPU")
+        pytest.skip(f"this CPU lacks {flag}")
     return subprocess.run(["objdump", "-d", dropout_kernel.load()[1]], capture_output=True, text=True,
                           check=True).stdout
 
@@ -173,11 +173,15 @@ def special_rows(rows=48, width=384):
 
 
 def test_the_add_norm_pass_rounds_denormals_nan_infinities_and_ties_in_software_and_by_instruction_alike(isa, native):
-    if not isa[1]:
-        pytest.skip("without FMA the pass sums in another order (the test above)")
+    """Bit for bit where the ISA has FMA; without it (the norm then sums in another order) NaN where the
+    dispatching build has NaN and the rest within bf16's rounding."""
     a, r, grad = special_rows()
     weight, bias = torch.ones(a.shape[1]).bfloat16(), torch.zeros(a.shape[1]).bfloat16()
     got, want = (fused(kernel, a, r, weight, bias, grad) for kernel in (isa[2], native[0]))
     for x, y in zip(got, want):
-        assert torch.equal(bits(x), bits(y))
+        if isa[1]:
+            assert torch.equal(bits(x), bits(y))
+        else:
+            assert torch.equal(x.isnan(), y.isnan())
+            same_or_close([x.nan_to_num(0.0)], [y.nan_to_num(0.0)], False, torch.bfloat16)
     assert got[0][8:16].isfinite().all() and got[0][24:28].isnan().any()
