@@ -506,6 +506,15 @@ ATTENTION_ENTRIES(fp32, float, 1)
    AVX512_BF16 its instruction (vcvtneps2bf16 rounds to nearest even and quiets NaN as above, but flushes
    denormals to zero: a vector with a denormal is rounded as above). The bits are the same either way; the
    instruction takes a third of the add-norm's time (bench/results/2026-12-07-epyc-zen4-bf16-rounding.txt). */
+/* x[0 .. n - 1] rounded in place by rounded_bits, their bits at `bits` where it is given. */
+static INLINE void round_row_in_software(float *restrict x, uint16_t *restrict bits, int64_t n) {
+    for (int64_t j = 0; j < n; j++) {
+        uint32_t b = rounded_bits(x[j]);
+        if (bits) bits[j] = (uint16_t)(b >> 16);
+        x[j] = float_of(b);
+    }
+}
+
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12 \
     && (defined(ISA_AT_RUN_TIME) || defined(__AVX512BF16__)) /* a fixed -march without it: no AVX-512 code */
 #define ROUNDING_INSTRUCTION
@@ -521,11 +530,7 @@ static void round_row_by_instruction(float *restrict x, uint16_t *restrict bits,
         if (bits) _mm256_storeu_si256((__m256i *)(bits + j), b);
         _mm512_storeu_si512(x + j, _mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16));
     }
-    for (; j < n; j++) { /* the tail, and from a denormal on */
-        uint32_t b = rounded_bits(x[j]);
-        if (bits) bits[j] = (uint16_t)(b >> 16);
-        x[j] = float_of(b);
-    }
+    round_row_in_software(x + j, bits ? bits + j : NULL, n - j); /* the tail, and from a denormal on */
 }
 #endif
 
@@ -559,11 +564,7 @@ static INLINE void store_rounded(float *restrict x, void *restrict dst, int64_t 
     }
 #endif
     (void)instruction;
-    for (int64_t j = 0; j < n; j++) {
-        uint32_t b = rounded_bits(x[j]);
-        if (bits) bits[j] = (uint16_t)(b >> 16);
-        x[j] = float_of(b);
-    }
+    round_row_in_software(x, bits, n);
 }
 
 /* keep_mask, or all ones without a hash where nothing is dropped (p 0: the embeddings' norm, evaluation);
