@@ -24,6 +24,7 @@ Trainer's own work), timed and then profiled (bench/hf_trainer_run.py).
 from __future__ import annotations
 
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -110,10 +111,7 @@ def op_flops(event) -> float:
     if event.flops or event.key != "mkldnn::_linear_pointwise" or not event.input_shapes:
         return event.flops
     x, weight = event.input_shapes[0], event.input_shapes[1]
-    rows = 1
-    for size in x[:-1]:
-        rows *= size
-    return 2.0 * rows * x[-1] * weight[0] * event.count
+    return 2.0 * math.prod(x[:-1]) * x[-1] * weight[0] * event.count
 
 
 def op_shares(prof, steps: int) -> dict:
