@@ -58,6 +58,32 @@ static inline uint16_t round_bf16(float f) {
     return (uint16_t)(u >> 16);
 }
 
+/* Denormal floats flushed to zero while an update runs (the SSE control
+   register's FTZ and DAZ bits, this thread only, restored on return). A
+   moment that stops receiving gradient decays (exp_avg by beta1 a step)
+   into the denormal range after about 700 steps and stays there about 160
+   more before it reaches 0; every operation on such a value takes a
+   microcode assist, 12-28 ns an element against 1 on an AMX Xeon, and in a
+   long run a few percent of the word table's moments sit in that window
+   (bench/results/2026-12-07-xeon-amx-denormals.txt). Flushed, such a
+   moment stops where its decay's product would be denormal (below 16 x
+   1.2e-38) or at 0: its share of the update is then under 1e-30, far below
+   the master's rounding, so the masters and weights are float arithmetic's
+   bit for bit (tests/unit/test_optimizer_denormals.py). */
+#if defined(__x86_64__) || defined(__i386__)
+#include <xmmintrin.h>
+#define FLUSH_DENORMALS 0x8040u /* MXCSR flush-to-zero (bit 15) and denormals-are-zero (bit 6) */
+static inline unsigned int denormals_off(void) {
+    unsigned int before = _mm_getcsr();
+    _mm_setcsr(before | FLUSH_DENORMALS);
+    return before;
+}
+static inline void denormals_back(unsigned int before) { _mm_setcsr(before); }
+#else
+static inline unsigned int denormals_off(void) { return 0; }
+static inline void denormals_back(unsigned int before) { (void)before; }
+#endif
+
 /* Each the float of a value the caller computed in double, as torch does. */
 typedef struct {
     float decay;                 /* 1 - lr * weight_decay */
@@ -100,7 +126,9 @@ static inline void adamw_bf16_span(uint16_t *restrict weight, const uint16_t *re
 
 CLONES void adamw_bf16(uint16_t *restrict weight, const uint16_t *restrict grad, float *restrict master,
                        float *restrict exp_avg, float *restrict exp_avg_sq, int64_t n, adamw_args a) {
+    unsigned int before = denormals_off();
     adamw_bf16_span(weight, grad, master, exp_avg, exp_avg_sq, n, a);
+    denormals_back(before);
 }
 
 /* An embedding table's update, rows x width, over its active rows only. A
@@ -111,11 +139,13 @@ CLONES void adamw_bf16(uint16_t *restrict weight, const uint16_t *restrict grad,
 CLONES void adamw_bf16_rows(uint16_t *restrict weight, const uint16_t *restrict grad, float *restrict master,
                             float *restrict exp_avg, float *restrict exp_avg_sq, int64_t rows, int64_t width,
                             const uint8_t *restrict active, adamw_args a) {
+    unsigned int before = denormals_off();
     for (int64_t r = 0; r < rows; r++) {
         if (!active[r]) continue;
         int64_t at = r * width;
         adamw_bf16_span(weight + at, grad + at, master + at, exp_avg + at, exp_avg_sq + at, width, a);
     }
+    denormals_back(before);
 }
 
 /* Marks active each row of a rows x width bf16 gradient that holds a value
@@ -134,10 +164,12 @@ CLONES void mark_rows_bf16(const uint16_t *restrict grad, int64_t rows, int64_t 
 /* An fp32 parameter (the head), its own master. */
 CLONES void adamw_fp32(const float *restrict grad, float *restrict master, float *restrict exp_avg,
                        float *restrict exp_avg_sq, int64_t n, adamw_args a) {
+    unsigned int before = denormals_off();
     LERP_WEIGHT
     for (int64_t i = 0; i < n; i++) {
         ADAMW_ELEMENT(grad[i])
     }
+    denormals_back(before);
 }
 
 /* Sum of squares of a bf16 gradient, exact per element (a square of a
