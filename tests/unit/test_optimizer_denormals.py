@@ -18,7 +18,7 @@ TINY = torch.finfo(torch.float32).tiny  # the smallest normal float, 1.18e-38
 @pytest.fixture(autouse=True)
 def kernel(one_pass_kernel):
     if one_pass_kernel[0] is None:
-        pytest.skip(f"runs in `make test`: the one-pass kernel did not build here: {one_pass_kernel[1]}")
+        pytest.skip(f"the one-pass kernel did not build: {one_pass_kernel[1]}")
     return one_pass_kernel[0]
 
 
