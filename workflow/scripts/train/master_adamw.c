@@ -17,7 +17,8 @@
    (1 - lr * wd) - (step_size * exp_avg) / (sqrt(exp_avg_sq) / sqrt(bc2) + eps).
    The loader compiles with -ffp-contract=off, so no clone fuses a multiply
    and an add on its own: every clone, CPU and compiler computes the same
-   bits, as DDP's replicas must (each rank updates its own copy). torch's
+   bits, as DDP's replicas must (each rank updates its own copy; on x86,
+   where every clone flushes denormals alike: denormals_off below). torch's
    vectorised loop fuses the lerp's multiply-add (vec::fmadd) and, as its
    x86 build compiles it, the second moment's; its tail loop fuses neither,
    as here. With both fused this kernel gave torch 2.13's AVX-512 results

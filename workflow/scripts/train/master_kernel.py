@@ -209,7 +209,8 @@ def float_step(grad: torch.Tensor, master: torch.Tensor, exp_avg: torch.Tensor, 
     """(master, exp_avg, exp_avg_sq) after the kernel's step, by float32
     ops one at a time (each rounded, none fused; numpy's square root, as
     torch's CPU sqrt is not correctly rounded): what every build of
-    master_adamw.c must give, bit for bit."""
+    master_adamw.c must give, bit for bit, for values outside the denormal
+    range, which the kernel flushes to zero (master_adamw.c denormals_off)."""
     a = {name: torch.tensor(getattr(args, name), dtype=torch.float32) for name in ARGS}
     small = bool(a["exp_avg_weight"].abs() < 0.5)
     lerp = a["exp_avg_weight"] if small else a["exp_avg_weight"] - 1
