@@ -78,4 +78,6 @@ def test_early_stopping_ends_the_training_after_patience_evaluations(tmp_path, t
     assert evaluation["stopped_early"] is True and evaluation["best_step"] == 1
     assert [e["step"] for e in evaluation["history"]] == [1, 2, 3]
     assert evaluation["model_from_step"] == 3  # no best_model: the last step's model
+    # every rank's optimizer step flushes denormals: the one-pass kernel (bf16_master) or torch's threads (fp32)
+    assert "optimizer denormals: flushed" in (tmp_path / RULE_LOG).read_text()
     assert "early stopping at step 3: 2 evaluations without a gain on f1" in (tmp_path / RULE_LOG).read_text()

@@ -3,14 +3,23 @@
 through denormals stop near the smallest normal float or at 0, the masters
 and weights are float arithmetic's bit for bit, and the threads
 that ran the kernel (Python's and torch's OpenMP workers) keep denormals
-in everything else they compute."""
+in everything else they compute. torch's own AdamW step, every other
+update, runs with the same flush on torch's threads (train/denormals.py):
+the same weights bit for bit, and the threads as they were after it."""
 
 from __future__ import annotations
+
+import contextlib
+import types
 
 import pytest
 import torch
 
-from workflow.scripts.train import master_kernel
+from helpers.one_rank import one_rank_group
+from workflow.scripts.train import denormals, master_kernel
+from workflow.scripts.train.comm import CommTimer
+from workflow.scripts.train.loop import train_step
+from workflow.scripts.train.state import TrainingState, denormal_flush
 
 TINY = torch.finfo(torch.float32).tiny  # the smallest normal float, 1.18e-38
 
@@ -74,3 +83,105 @@ def test_the_threads_that_ran_the_kernel_keep_denormals_elsewhere(kernel):
             assert bool((x == 4 * TINY / 8).all()) and float(x[0]) > 0
     finally:
         torch.set_num_threads(before)
+
+
+FLUSH_BITS = 0x8040  # MXCSR flush-to-zero and denormals-are-zero
+
+
+@contextlib.contextmanager
+def torch_threads(threads: int):
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def torchs_adamw(master, exp_avg, exp_avg_sq) -> tuple[torch.nn.Parameter, torch.optim.AdamW]:
+    """torch's fused AdamW (as make_optimizer builds it) over one fp32 parameter, from step 700 with these
+    moments and a zero gradient."""
+    param = torch.nn.Parameter(master.clone())
+    optimizer = torch.optim.AdamW([param], lr=2e-5, weight_decay=0.0, fused=True)
+    param.grad = torch.zeros_like(param)
+    optimizer.state[param] = {"step": torch.tensor(700.0), "exp_avg": exp_avg.clone(),
+                              "exp_avg_sq": exp_avg_sq.clone()}
+    return param, optimizer
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_torchs_adamw_flushed_on_its_threads_gives_the_same_weights(kernel, threads):
+    """300 zero-gradient steps of torch's fused AdamW, with and without the flush around each: the
+    weights and second moments bit for bit; the plain run's first moments pass through denormals,
+    the flushed run's leave none."""
+    _, master, exp_avg, exp_avg_sq = idle_state(200_000)  # enough elements for torch to split over threads
+    with torch_threads(threads):
+        plain, plain_step = torchs_adamw(master, exp_avg, exp_avg_sq)
+        flushed, flushed_step = torchs_adamw(master, exp_avg, exp_avg_sq)
+        passed_denormals = 0
+        for _ in range(300):
+            plain_step.step()
+            with kernel.denormals_flushed():
+                flushed_step.step()
+            assert torch.equal(plain, flushed)
+            m = plain_step.state[plain]["exp_avg"]
+            passed_denormals += int(((m != 0) & (m.abs() < TINY)).sum())
+    assert passed_denormals > 1000
+    state = flushed_step.state[flushed]
+    assert torch.equal(state["exp_avg_sq"], plain_step.state[plain]["exp_avg_sq"])
+    assert not ((state["exp_avg"] != 0) & (state["exp_avg"].abs() < TINY)).any()
+
+
+def test_the_flush_reaches_every_one_of_torchs_threads_and_leaves_them_as_they_were(kernel):
+    for threads in (1, 2):
+        with torch_threads(threads):
+            before = kernel.control_bits()
+            assert len(before) == threads
+            with kernel.denormals_flushed():
+                assert all(bits & FLUSH_BITS == FLUSH_BITS for bits in kernel.control_bits())
+                x = torch.full((3 * master_kernel.CHUNK,), 4 * TINY) / 8  # torch splits it over its threads
+                assert not x.any()
+            assert [bits & FLUSH_BITS for bits in kernel.control_bits()] == [bits & FLUSH_BITS for bits in before]
+            x = torch.full((3 * master_kernel.CHUNK,), 4 * TINY) / 8
+            assert bool((x == 4 * TINY / 8).all()) and float(x[0]) > 0
+
+
+def test_train_step_runs_torchs_adamw_flushed_and_the_forward_keeps_denormals(kernel):
+    """A rank's update (loop.train_step) as state.build sets it up: torch's AdamW under the flush, the
+    forward and backward outside it."""
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.ones(4))
+
+        def forward(self, x):
+            seen["forward"] = kernel.control_bits()
+            return types.SimpleNamespace(loss=(self.w * x).sum())
+
+    seen = {}
+    with one_rank_group(), torch_threads(2):
+        model = Model()
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)
+        flush, line = denormal_flush(optimizer)
+        assert flush is not None and line.startswith("flushed to zero on torch's threads")
+        optimizer.register_step_pre_hook(lambda *_: seen.update(step=kernel.control_bits()))
+        comm = CommTimer()
+        ddp = torch.nn.parallel.DistributedDataParallel(model)
+        ddp.register_comm_hook(comm, CommTimer.hook)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
+        t = TrainingState(ddp, model, optimizer, scheduler, None, None, contextlib.nullcontext, comm, 1, 0.0,
+                          flush_denormals=flush)
+        train_step(t, [{"x": torch.full((4,), 2.0)}])
+        after = kernel.control_bits()
+    assert all(bits & FLUSH_BITS == FLUSH_BITS for bits in seen["step"])
+    assert not any(bits & FLUSH_BITS for bits in seen["forward"] + after)
+
+
+def test_the_one_pass_update_flushes_itself_and_without_a_kernel_one_line_says_why(monkeypatch, tmp_path):
+    one_pass = types.SimpleNamespace(one_pass=True)
+    assert denormals.flushing(one_pass) == (None, "flushed by the one-pass kernel itself")
+    monkeypatch.setenv("CC", str(tmp_path / "no-cc"))
+    monkeypatch.setenv("CPUDDP_KERNEL_CACHE", str(tmp_path / "cache"))
+    flush, line = denormals.flushing(torch.optim.AdamW([torch.nn.Parameter(torch.zeros(2))], fused=True))
+    assert flush is None and line.startswith("not flushed: no C compiler") and "\n" not in line

@@ -80,7 +80,10 @@ static inline unsigned int denormals_off(void) {
     return before;
 }
 static inline void denormals_back(unsigned int before) { _mm_setcsr(before); }
+static inline unsigned int control_bits(void) { return _mm_getcsr(); }
 #else
+#define FLUSH_DENORMALS 0u
+static inline unsigned int control_bits(void) { return 0; }
 static inline unsigned int denormals_off(void) { return 0; }
 static inline void denormals_back(unsigned int before) { (void)before; }
 #endif
@@ -266,3 +269,35 @@ void run_calls(const call *calls, int64_t count, int threads, double *sums) {
     }
 }
 
+/* torch's own AdamW (every update but this kernel's: fp32, bf16 autocast, transformers' models, bf16_master's
+   three passes) meets the same denormal first moments, and runs on torch's OpenMP threads, whose control bits
+   only code on those threads can set (torch.set_flush_denormal sets the caller's). With `on`, each of
+   `threads` team threads (thread 0 is the caller) keeps its bits in saved[i] and flushes; with `on` 0, each
+   puts saved[i] back. libgomp gives team thread i the same pool thread in every region of the same process
+   thread, so these are the threads torch's next parallel op runs on (train/denormals.py; checked by
+   tests/unit/test_optimizer_denormals.py). Built without OpenMP, the caller's alone (threads must be 1). */
+#ifdef _OPENMP
+#include <omp.h>
+#define TEAM_THREAD omp_get_thread_num()
+#else
+#define TEAM_THREAD 0
+#endif
+
+void flush_denormals_on_threads(int threads, int on, unsigned int *saved) {
+#pragma omp parallel num_threads(threads)
+    {
+        int i = TEAM_THREAD;
+        if (on)
+            saved[i] = denormals_off();
+        else /* the two bits alone: a thread the flush did not reach (saved[i] 0) has them cleared */
+            denormals_back((control_bits() & ~FLUSH_DENORMALS) | (saved[i] & FLUSH_DENORMALS));
+    }
+}
+
+/* Each team thread's control register (the tests read what the flush left). */
+void control_bits_on_threads(int threads, unsigned int *bits) {
+#pragma omp parallel num_threads(threads)
+    {
+        bits[TEAM_THREAD] = control_bits();
+    }
+}

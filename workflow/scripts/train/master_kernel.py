@@ -18,6 +18,7 @@ thread count, so every result is the same bits on one thread or several.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import math
 from pathlib import Path
@@ -114,6 +115,10 @@ class Kernel:
         lib.mark_rows_bf16.restype = None
         lib.sum_squares_flagged_bf16.argtypes = [pointer, count, count, count, pointer]
         lib.sum_squares_flagged_bf16.restype = ctypes.c_double
+        lib.flush_denormals_on_threads.argtypes = [ctypes.c_int, ctypes.c_int, pointer]
+        lib.flush_denormals_on_threads.restype = None
+        lib.control_bits_on_threads.argtypes = [ctypes.c_int, pointer]
+        lib.control_bits_on_threads.restype = None
 
     def adamw(self, weight: torch.Tensor | None, grad: torch.Tensor, master: torch.Tensor, exp_avg: torch.Tensor,
               exp_avg_sq: torch.Tensor, args: AdamwArgs) -> list:
@@ -157,6 +162,29 @@ class Kernel:
         _check(active, torch.uint8, "active")
         return [(self.lib.mark_rows_bf16, (pointers[0], count, width, active.data_ptr() + first), count * width,
                  (grad, active)) for first, pointers, count in _row_chunks((grad,), rows, width)]
+
+    def reaches_torchs_threads(self) -> bool:
+        """Whether flush_denormals_on_threads reaches every thread torch's parallel ops run on."""
+        return self.openmp or torch.get_num_threads() == 1
+
+    @contextlib.contextmanager
+    def denormals_flushed(self):
+        """Denormal floats flushed to zero on torch's threads within (train/denormals.py); their bits
+        as they were after."""
+        threads = torch.get_num_threads()
+        saved = (ctypes.c_uint * threads)()
+        self.lib.flush_denormals_on_threads(threads, 1, saved)
+        try:
+            yield
+        finally:
+            self.lib.flush_denormals_on_threads(threads, 0, saved)
+
+    def control_bits(self) -> list[int]:
+        """The SSE control register of each of torch's threads (0 off x86)."""
+        threads = torch.get_num_threads()
+        bits = (ctypes.c_uint * threads)()
+        self.lib.control_bits_on_threads(threads, bits)
+        return list(bits)
 
     def run(self, calls: list) -> list:
         """Every call's result, in order: on torch's OpenMP threads where the build shares its runtime

@@ -24,10 +24,11 @@ On both paths: allreduce `shm` (ranks of a node sum through shared
 memory, train/node_allreduce.py), embedding_allreduce `rows` (only the
 touched rows of the word embedding, comm.py). On cpuddp's encoder only, as
 it is not exact: optimizer `one_pass` (bf16_master's update in one C pass,
-train/master.py). And two that need no
+train/master.py). And three that need no
 setting: gradient clipping skips its multiply when the total norm is within
 `max_grad_norm`; DDP broadcasts buffers only when some buffer changes in
-training (`buffers_change`).
+training (`buffers_change`); torch's AdamW steps with denormal floats
+flushed on its threads (train/denormals.py, put in place by train/state.py).
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from workflow.scripts.settings.views import TrainSettings, TrainView
 from workflow.scripts.launch.ranks import DistEnv
 from workflow.scripts.data.arrow_split import ArrowSplit
 from workflow.scripts.data.batching import DistributedLengthGroupedSampler, packed_collate, pad_collate
-from workflow.scripts.train import lora, master, master_kernel, model_code, schedule, speed
+from workflow.scripts.train import denormals, lora, master, master_kernel, model_code, schedule, speed
 from workflow.scripts.train.master import MasterAdamW
 from workflow.scripts.train.comm import CommTimer
 from workflow.scripts.train.step_phases import WARMUP_STEPS, StepPhases
@@ -90,6 +90,8 @@ class TrainingState:
     """Whose model code trains (train/model_code.py): the run line, the records and the fingerprint say it."""
     phases: StepPhases = field(default_factory=StepPhases)
     """Where this rank's updates go, phase by phase (train/step_phases.py)."""
+    flush_denormals: object = None
+    """The optimizer step's denormal flush on torch's threads (train/denormals.py), or None."""
 
     def clipped_parameters(self):
         """What gradient clipping sees: the fp32 masters' gradients under
@@ -164,6 +166,24 @@ def undecayed_names(model) -> set[str]:
             if name == "bias" or isinstance(module, norms) or "norm" in type(module).__name__.lower()}
 
 
+def ranks_without(here: bool) -> int:
+    """How many ranks lack something (`here`: this rank has it); a collective, so every rank asks."""
+    without = torch.tensor([0.0 if here else 1.0])
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        dist.all_reduce(without)
+    return int(without.item())
+
+
+def denormal_flush(optimizer) -> tuple[object | None, str]:
+    """train/denormals.py's flush for the optimizer's step where every rank
+    can flush (the replicas take the same arithmetic), and the line saying so."""
+    flush, line = denormals.flushing(optimizer)
+    without = ranks_without(flush is not None or getattr(optimizer, "one_pass", False))
+    if flush is not None and without:
+        return None, f"not flushed: {without} rank(s) cannot flush, so no rank does (the replicas stay identical)"
+    return flush, line
+
+
 def one_pass_choice(parts: speed.Parts | None, decisions: RunDecisions | None) -> tuple[bool, str | None]:
     """Whether bf16_master's optimizer takes the one-pass step (train.speed
     optimizer one_pass), and why (None: the levers line says it all). Only
@@ -172,13 +192,11 @@ def one_pass_choice(parts: speed.Parts | None, decisions: RunDecisions | None) -
     if parts is None or decisions is None or decisions.precision != "bf16_master" \
             or decisions.levers.optimizer != "one_pass":
         return False, None
-    without = torch.tensor([0.0 if parts.one_pass_optimizer else 1.0])
-    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-        dist.all_reduce(without)
+    without = ranks_without(parts.one_pass_optimizer)
     if not parts.one_pass_optimizer:
         return False, "off: the kernel did not load here (the levers line says why); the three-pass path"
-    if without.item():
-        return False, (f"off: {int(without.item())} rank(s) could not load the kernel; every rank takes the "
+    if without:
+        return False, (f"off: {without} rank(s) could not load the kernel; every rank takes the "
                        "three-pass path, so that the replicas stay identical")
     return True, f"on: widen, clip, AdamW and the weights' rounding in one pass ({master_kernel.load()[1]})"
 
@@ -238,6 +256,8 @@ def build(cfg: TrainView, decisions: RunDecisions, data_dir: str, env: DistEnv, 
                                   task.num_labels if task.multi_label else None, packed=takes_packed(model))
     steps = total_steps(train_cfg, len(sampler))
     optimizer, scheduler = make_optimizer(model, train_cfg, steps, decisions, parts, log)
+    flush, line = denormal_flush(optimizer)
+    log.info(f"optimizer denormals: {line}")
     if decisions.ipex:
         log.info(f"IPEX optimized the model for training ({decisions.precision}): "
                  f"{intel.ipex_modules(model)} modules replaced")
@@ -252,5 +272,5 @@ def build(cfg: TrainView, decisions: RunDecisions, data_dir: str, env: DistEnv, 
     state = TrainingState(ddp_model, model, optimizer, scheduler, loader, sampler,
                           autocast_for("fp32" if decisions.precision == "bf16_master" else decisions.precision),
                           comm, steps, train_cfg.max_grad_norm,
-                          train_cfg.log_every, train_cfg.checkpoint_every, choice)
+                          train_cfg.log_every, train_cfg.checkpoint_every, choice, flush_denormals=flush)
     return state, tokenizer
