@@ -116,6 +116,9 @@ def test_torchs_adamw_flushed_on_its_threads_gives_the_same_weights(kernel, thre
     the flushed run's leave none."""
     _, master, exp_avg, exp_avg_sq = idle_state(200_000)  # enough elements for torch to split over threads
     with torch_threads(threads):
+        if not kernel.reaches_torchs_threads():  # a build without OpenMP on torch's runtime: no flush offered
+            assert denormals.flushing(torch.optim.AdamW([torch.nn.Parameter(master)]))[0] is None
+            return
         plain, plain_step = torchs_adamw(master, exp_avg, exp_avg_sq)
         flushed, flushed_step = torchs_adamw(master, exp_avg, exp_avg_sq)
         passed_denormals = 0
@@ -135,6 +138,9 @@ def test_torchs_adamw_flushed_on_its_threads_gives_the_same_weights(kernel, thre
 def test_the_flush_reaches_every_one_of_torchs_threads_and_leaves_them_as_they_were(kernel):
     for threads in (1, 2):
         with torch_threads(threads):
+            if not kernel.reaches_torchs_threads():  # a build without OpenMP on torch's runtime: no flush offered
+                assert denormals.flushing(torch.optim.AdamW([torch.nn.Parameter(torch.zeros(2))]))[0] is None
+                continue
             before = kernel.control_bits()
             assert len(before) == threads
             with kernel.denormals_flushed():
@@ -160,7 +166,7 @@ def test_train_step_runs_torchs_adamw_flushed_and_the_forward_keeps_denormals(ke
             return types.SimpleNamespace(loss=(self.w * x).sum())
 
     seen = {}
-    with one_rank_group(), torch_threads(2):
+    with one_rank_group(), torch_threads(2 if kernel.reaches_torchs_threads() else 1):
         model = Model()
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)
         flush, line = denormal_flush(optimizer)
@@ -178,10 +184,15 @@ def test_train_step_runs_torchs_adamw_flushed_and_the_forward_keeps_denormals(ke
     assert not any(bits & FLUSH_BITS for bits in seen["forward"] + after)
 
 
-def test_the_one_pass_update_flushes_itself_and_without_a_kernel_one_line_says_why(monkeypatch, tmp_path):
+def test_the_one_pass_update_flushes_itself_and_without_a_kernel_one_line_says_why(kernel, monkeypatch, tmp_path):
     one_pass = types.SimpleNamespace(one_pass=True)
     assert denormals.flushing(one_pass) == (None, "flushed by the one-pass kernel itself")
+    adamw = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(2))], fused=True)
+    with torch_threads(2), monkeypatch.context() as patch:  # a build beside another OpenMP runtime
+        patch.setattr(kernel, "openmp", False)
+        flush, line = denormals.flushing(adamw)
+        assert flush is None and line.startswith("not flushed: the kernel's build does not run on torch's OpenMP")
     monkeypatch.setenv("CC", str(tmp_path / "no-cc"))
     monkeypatch.setenv("CPUDDP_KERNEL_CACHE", str(tmp_path / "cache"))
-    flush, line = denormals.flushing(torch.optim.AdamW([torch.nn.Parameter(torch.zeros(2))], fused=True))
+    flush, line = denormals.flushing(adamw)
     assert flush is None and line.startswith("not flushed: no C compiler") and "\n" not in line
