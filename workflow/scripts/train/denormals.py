@@ -34,13 +34,13 @@ def flushing(optimizer) -> tuple[object | None, str]:
         return None, "flushed by the one-pass kernel itself"
     if platform.machine().lower() not in X86:
         return None, f"not flushed: {platform.machine()} has no SSE control register to set"
-    kernel, why = master_kernel.load()
+    kernel, where = master_kernel.load()  # where it is, or why it is not
     if kernel is None:
-        return None, f"not flushed: {why}"
+        return None, f"not flushed: {where}"
     if not kernel.reaches_torchs_threads():
         return None, ("not flushed: the kernel's build does not run on torch's OpenMP runtime, so it cannot "
                       "set its threads' control bits")
-    return kernel.denormals_flushed, f"flushed to zero on torch's threads for each step ({kernel.lib._name})"
+    return kernel.denormals_flushed, f"flushed to zero on torch's threads for each step ({where})"
 
 
 def step_context(flush) -> contextlib.AbstractContextManager:
