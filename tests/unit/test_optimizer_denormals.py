@@ -71,23 +71,6 @@ def test_moments_decaying_into_denormals_leave_the_masters_float_arithmetics(ker
     assert not ((got[1] != 0) & (got[1].abs() < TINY)).any()  # no denormal left to slow the next step
 
 
-def test_the_threads_that_ran_the_kernel_keep_denormals_elsewhere(kernel):
-    before = torch.get_num_threads()
-    try:
-        for threads in (1, 2):
-            torch.set_num_threads(threads)
-            grad, master, exp_avg, exp_avg_sq = idle_state(3 * master_kernel.CHUNK)  # calls on every thread
-            kernel.run(kernel.adamw(master.bfloat16(), grad, master, exp_avg, exp_avg_sq,
-                                    master_kernel.adamw_args(2e-5, 0.9, 0.999, 0.0, 1e-8, 700.0)))
-            x = torch.full((3 * master_kernel.CHUNK,), 4 * TINY) / 8  # torch's ops on the same threads
-            assert bool((x == 4 * TINY / 8).all()) and float(x[0]) > 0
-    finally:
-        torch.set_num_threads(before)
-
-
-FLUSH_BITS = 0x8040  # MXCSR flush-to-zero and denormals-are-zero
-
-
 @contextlib.contextmanager
 def torch_threads(threads: int):
     before = torch.get_num_threads()
@@ -96,6 +79,19 @@ def torch_threads(threads: int):
         yield
     finally:
         torch.set_num_threads(before)
+
+
+def test_the_threads_that_ran_the_kernel_keep_denormals_elsewhere(kernel):
+    for threads in (1, 2):
+        with torch_threads(threads):
+            grad, master, exp_avg, exp_avg_sq = idle_state(3 * master_kernel.CHUNK)  # calls on every thread
+            kernel.run(kernel.adamw(master.bfloat16(), grad, master, exp_avg, exp_avg_sq,
+                                    master_kernel.adamw_args(2e-5, 0.9, 0.999, 0.0, 1e-8, 700.0)))
+            x = torch.full((3 * master_kernel.CHUNK,), 4 * TINY) / 8  # torch's ops on the same threads
+            assert bool((x == 4 * TINY / 8).all()) and float(x[0]) > 0
+
+
+FLUSH_BITS = 0x8040  # MXCSR flush-to-zero and denormals-are-zero
 
 
 def torchs_adamw(master, exp_avg, exp_avg_sq) -> tuple[torch.nn.Parameter, torch.optim.AdamW]:

@@ -19,7 +19,6 @@ weights are the same bits (tests/unit/test_optimizer_denormals.py)."""
 
 from __future__ import annotations
 
-import contextlib
 import platform
 
 from workflow.scripts.train import master_kernel
@@ -41,8 +40,3 @@ def flushing(optimizer) -> tuple[object | None, str]:
         return None, ("not flushed: the kernel's build does not run on torch's OpenMP runtime, so it cannot "
                       "set its threads' control bits")
     return kernel.denormals_flushed, f"flushed to zero on torch's threads for each step ({where})"
-
-
-def step_context(flush) -> contextlib.AbstractContextManager:
-    """flush() where every rank flushes, else nothing (`flush` None)."""
-    return flush() if flush is not None else contextlib.nullcontext()

@@ -14,7 +14,7 @@ import torch.distributed as dist
 
 from workflow.scripts.common.errors import Preempted, UserError
 from workflow.scripts.data.batching import updates
-from workflow.scripts.train import denormals, tracking
+from workflow.scripts.train import tracking
 from workflow.scripts.train.checkpoint import Checkpointer
 from workflow.scripts.train.evaluation import Evaluator
 from workflow.scripts.train.preempt import StopRequests
@@ -42,7 +42,7 @@ def train_step(t: TrainingState, micro_batches: list) -> torch.Tensor:
     if t.max_grad_norm > 0:  # after the last micro-batch's all-reduce: every rank clips the same mean gradient
         tracking.keep_grad_norm(t.clip_gradients())
         phases.lap("clip")
-    with denormals.step_context(t.flush_denormals):
+    with t.flush_denormals():
         t.optimizer.step()
     t.scheduler.step()
     t.optimizer.zero_grad(set_to_none=True)

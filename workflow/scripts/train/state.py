@@ -3,6 +3,7 @@ checkpoints through state_dict() and restored with load_state_dict()."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import asdict, dataclass, field
 
@@ -90,8 +91,8 @@ class TrainingState:
     """Whose model code trains (train/model_code.py): the run line, the records and the fingerprint say it."""
     phases: StepPhases = field(default_factory=StepPhases)
     """Where this rank's updates go, phase by phase (train/step_phases.py)."""
-    flush_denormals: object = None
-    """The optimizer step's denormal flush on torch's threads (train/denormals.py), or None."""
+    flush_denormals: object = contextlib.nullcontext
+    """The optimizer step's context: the denormal flush on torch's threads (train/denormals.py), or none."""
 
     def clipped_parameters(self):
         """What gradient clipping sees: the fp32 masters' gradients under
@@ -272,5 +273,6 @@ def build(cfg: TrainView, decisions: RunDecisions, data_dir: str, env: DistEnv, 
     state = TrainingState(ddp_model, model, optimizer, scheduler, loader, sampler,
                           autocast_for("fp32" if decisions.precision == "bf16_master" else decisions.precision),
                           comm, steps, train_cfg.max_grad_norm,
-                          train_cfg.log_every, train_cfg.checkpoint_every, choice, flush_denormals=flush)
+                          train_cfg.log_every, train_cfg.checkpoint_every, choice,
+                          flush_denormals=flush or contextlib.nullcontext)
     return state, tokenizer
